@@ -1,0 +1,5 @@
+"""``python -m specbundle``."""
+
+from specbundle.cli import main
+
+main()

@@ -1,0 +1,72 @@
+"""Atomic file writes and canonical JSON: the two primitives every stage that persists uses.
+
+Nothing written through here is ever visible half-done: bytes go to a temp file in the same
+directory, are fsynced, then renamed over the target, and the directory is fsynced too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_json", "canonical_json", "fsync_dir"]
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a directory entry so a rename inside it survives a crash."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_open(path: Path, mode: int = 0o644) -> Iterator[IO[bytes]]:
+    """Yield a binary file that replaces ``path`` only if the block completes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp_path = Path(tmp)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp_path.chmod(mode)
+        tmp_path.replace(path)
+        fsync_dir(path.parent)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` atomically."""
+    with atomic_open(path, mode) as fh:
+        fh.write(data)
+
+
+def canonical_json(value: Any) -> bytes:
+    """RFC 8785-style canonical JSON: sorted keys, no whitespace, UTF-8, no NaN.
+
+    Hand-written because the values we sign contain only strings, integers, booleans,
+    null, lists and objects (floats are carried as strings or integers), for which
+    sorted-key compact ``json.dumps`` is exactly the JCS serialisation.
+    """
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def atomic_write_json(path: Path, value: Any, *, pretty: bool = True) -> None:
+    """Write JSON atomically; pretty for humans, canonical when ``pretty`` is false."""
+    if pretty:
+        data = (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    else:
+        data = canonical_json(value)
+    atomic_write_bytes(path, data)

@@ -1,0 +1,20 @@
+"""One table from exception to exit code; the only place errors become process status."""
+
+from __future__ import annotations
+
+import click
+
+from specbundle.errors import ExitCode, SpecbundleError
+
+__all__ = ["exit_code_for"]
+
+
+def exit_code_for(err: BaseException) -> int:
+    """Exit code for any exception that reached the top of a command."""
+    if isinstance(err, SpecbundleError):
+        return err.exit_code
+    if isinstance(err, click.UsageError):
+        return ExitCode.USAGE
+    if isinstance(err, KeyboardInterrupt):
+        return 130
+    return ExitCode.INTERNAL

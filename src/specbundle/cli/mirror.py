@@ -1,0 +1,86 @@
+"""``specbundle mirror ls|show|gc``: look into and tidy the mirror."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from specbundle.cli._options import json_option, mirror_option, open_mirror
+from specbundle.cli._output import console, print_json, print_table
+
+__all__ = ["command"]
+
+
+@click.group("mirror")
+def command() -> None:
+    """Inspect and garbage-collect the mirror."""
+
+
+@command.command("ls")
+@mirror_option
+@json_option
+def ls(mirror_dir: Path | None, as_json: bool) -> None:
+    """List bundles in the mirror."""
+    m = open_mirror(mirror_dir)
+    records = [m.load_bundle(n) for n in m.bundle_names()]
+    rows = [
+        {
+            "name": r.name,
+            "method": r.spec.get("speculative", {}).get("method"),
+            "target": f"{r.target.repo}@{r.target.commit[:12]}",
+            "draft": f"{r.draft.repo}@{r.draft.commit[:12]}" if r.draft else None,
+            "bytes": sum(a.total_size for a in r.artifacts),
+            "created": r.created,
+        }
+        for r in records
+    ]
+    if as_json:
+        print_json({"mirror": str(m.root), "bundles": rows})
+        return
+    print_table(
+        f"bundles in {m.root}", ["name", "method", "target", "draft", "bytes", "created"],
+        [[r["name"], r["method"], r["target"], r["draft"], r["bytes"], r["created"]] for r in rows],
+    )
+
+
+@command.command("show")
+@click.argument("bundle")
+@mirror_option
+@json_option
+def show(bundle: str, mirror_dir: Path | None, as_json: bool) -> None:
+    """Show one bundle: commits, files, digests, skipped files."""
+    m = open_mirror(mirror_dir)
+    rec = m.load_bundle(bundle)
+    if as_json:
+        print_json(rec.to_json())
+        return
+    console.print(f"[bold]{rec.name}[/]  created {rec.created}  (specbundle {rec.tool_version})")
+    for art in rec.artifacts:
+        console.print(
+            f"\n[bold]{art.role}[/] {art.repo}  {art.requested_revision} -> {art.commit}"
+            f" ({art.commit_kind})  source={art.source} endpoint={art.endpoint or '-'}"
+        )
+        console.print(f"  path: {m.snapshot_dir(art.repo, art.commit)}")
+        print_table(None, ["file", "size", "sha256", "hub lfs sha256"],
+                    [[f.path, f.size, f.sha256, f.lfs_sha256 or "-"] for f in art.files])
+        for s in art.skipped:
+            console.print(f"  skipped {s.path}: {s.reason}")
+
+
+@command.command("gc")
+@mirror_option
+@click.option("--dry-run", is_flag=True, help="Only report what would be removed.")
+@json_option
+def gc(mirror_dir: Path | None, dry_run: bool, as_json: bool) -> None:
+    """Remove objects and snapshots that no bundle references."""
+    res = open_mirror(mirror_dir).gc(dry_run=dry_run)
+    if as_json:
+        print_json({"removed_objects": list(res.removed_objects),
+                    "removed_snapshots": list(res.removed_snapshots),
+                    "freed_bytes": res.freed_bytes, "kept_objects": res.kept_objects,
+                    "dry_run": res.dry_run})
+        return
+    verb = "would remove" if dry_run else "removed"
+    console.print(f"{verb} {len(res.removed_objects)} objects ({res.freed_bytes} bytes) and "
+                  f"{len(res.removed_snapshots)} snapshots; kept {res.kept_objects} objects")

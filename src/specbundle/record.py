@@ -1,0 +1,169 @@
+"""Bundle records: what pull resolved and stored, the noun every later stage reads.
+
+A :class:`BundleRecord` is written once per successful pull into ``bundles/<name>/bundle.json``
+and is the source of truth for which commit and which bytes make up target and draft. Later
+stages keep their own files next to it (scan report, signatures, attestations, manifests) so
+that no stage rewrites another stage's output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from specbundle.errors import MirrorError
+
+__all__ = ["RECORD_SCHEMA", "ArtifactRecord", "BundleRecord", "FileEntry", "Role", "SkippedFile"]
+
+RECORD_SCHEMA = "https://specbundle.dev/bundle-record/v1"
+
+Role = Literal["target", "draft"]
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One mirrored file: its path inside the model tree and its verified digest."""
+
+    path: str
+    size: int
+    sha256: str
+    lfs_sha256: str | None = None
+    git_blob_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (keys sorted by the writer)."""
+        out: dict[str, Any] = {"path": self.path, "size": self.size, "sha256": self.sha256}
+        if self.lfs_sha256:
+            out["lfs_sha256"] = self.lfs_sha256
+        if self.git_blob_id:
+            out["git_blob_id"] = self.git_blob_id
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> FileEntry:
+        """Inverse of :meth:`to_json`."""
+        return cls(
+            path=str(d["path"]), size=int(d["size"]), sha256=str(d["sha256"]),
+            lfs_sha256=d.get("lfs_sha256"), git_blob_id=d.get("git_blob_id"),
+        )
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file the source offered that was deliberately not mirrored, and why."""
+
+    path: str
+    reason: str
+    size: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        out: dict[str, Any] = {"path": self.path, "reason": self.reason}
+        if self.size is not None:
+            out["size"] = self.size
+        return out
+
+
+@dataclass(frozen=True)
+class ArtifactRecord:
+    """Target or draft as pulled: source, pinned commit and the exact file set."""
+
+    role: Role
+    repo: str
+    source: str
+    endpoint: str | None
+    requested_revision: str
+    commit: str
+    commit_kind: Literal["git", "content"]
+    files: tuple[FileEntry, ...]
+    skipped: tuple[SkippedFile, ...] = ()
+    pulled_at: str = ""
+
+    @property
+    def total_size(self) -> int:
+        """Bytes of all mirrored files."""
+        return sum(f.size for f in self.files)
+
+    def file(self, path: str) -> FileEntry | None:
+        """The entry for a path, if mirrored."""
+        return next((f for f in self.files if f.path == path), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "role": self.role, "repo": self.repo, "source": self.source,
+            "endpoint": self.endpoint, "requested_revision": self.requested_revision,
+            "commit": self.commit, "commit_kind": self.commit_kind,
+            "files": [f.to_json() for f in self.files],
+            "skipped": [s.to_json() for s in self.skipped],
+            "pulled_at": self.pulled_at,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ArtifactRecord:
+        """Inverse of :meth:`to_json`."""
+        return cls(
+            role=d["role"], repo=d["repo"], source=d["source"], endpoint=d.get("endpoint"),
+            requested_revision=d["requested_revision"], commit=d["commit"],
+            commit_kind=d["commit_kind"],
+            files=tuple(FileEntry.from_json(f) for f in d["files"]),
+            skipped=tuple(
+                SkippedFile(s["path"], s["reason"], s.get("size")) for s in d.get("skipped", ())
+            ),
+            pulled_at=d.get("pulled_at", ""),
+        )
+
+
+@dataclass(frozen=True)
+class BundleRecord:
+    """A named bundle in the mirror: the spec it was pulled from and both artifacts."""
+
+    name: str
+    spec: dict[str, Any]
+    target: ArtifactRecord
+    draft: ArtifactRecord | None
+    created: str
+    tool_version: str
+    extra_blobs: tuple[str, ...] = field(default=())
+
+    @property
+    def artifacts(self) -> tuple[ArtifactRecord, ...]:
+        """Target first, then the draft if the method has one."""
+        return (self.target,) if self.draft is None else (self.target, self.draft)
+
+    def artifact(self, role: Role) -> ArtifactRecord:
+        """The artifact for a role; raises if the bundle has no draft."""
+        if role == "target":
+            return self.target
+        if self.draft is None:
+            raise MirrorError(f"bundle {self.name!r} has no draft artifact")
+        return self.draft
+
+    def referenced_blobs(self) -> set[str]:
+        """Every object digest this bundle keeps alive (for gc)."""
+        out = {f.sha256 for a in self.artifacts for f in a.files}
+        out.update(self.extra_blobs)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form, as stored in ``bundle.json``."""
+        return {
+            "schema": RECORD_SCHEMA, "name": self.name, "spec": self.spec,
+            "created": self.created, "tool_version": self.tool_version,
+            "artifacts": {a.role: a.to_json() for a in self.artifacts},
+            "extra_blobs": sorted(self.extra_blobs),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BundleRecord:
+        """Inverse of :meth:`to_json`; refuses an unknown schema."""
+        if d.get("schema") != RECORD_SCHEMA:
+            raise MirrorError(f"unknown bundle record schema {d.get('schema')!r}")
+        arts = d["artifacts"]
+        return cls(
+            name=d["name"], spec=d["spec"], created=d["created"],
+            tool_version=d["tool_version"],
+            target=ArtifactRecord.from_json(arts["target"]),
+            draft=ArtifactRecord.from_json(arts["draft"]) if "draft" in arts else None,
+            extra_blobs=tuple(d.get("extra_blobs", ())),
+        )
