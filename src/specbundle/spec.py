@@ -82,12 +82,12 @@ class ArtifactSpec(_Model):
     """
 
     repo: str = Field(description="Hub repository id, org/name.")
-    revision: str = Field("main", description="Branch, tag or 40-hex commit; always pinned to a commit.")
+    revision: str = Field("main", description="Branch, tag or 40-hex commit; pinned at pull.")
     source: str = Field("hf", description="'hf' or 'dir:<path>'.")
     allow_patterns: tuple[str, ...] | None = Field(
         None, description="Only files matching these globs; default: what the engines need."
     )
-    allow_pickle: bool = Field(False, description="Also pull pickle checkpoints (.bin/.pt/.pth/.pkl).")
+    allow_pickle: bool = Field(False, description="Also pull pickle checkpoints (.bin, .pt, ...).")
     allow_remote_code: bool = Field(False, description="Also pull *.py and honour auto_map.")
     gguf_file: str | None = Field(None, description="For llama.cpp: the GGUF file to serve.")
 
@@ -269,7 +269,7 @@ class Metadata(_Model):
     def _name(cls, v: str) -> str:
         if not _NAME_RE.match(v):
             raise ValueError(
-                f"{v!r}: lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"
+                f"{v!r}: lowercase letters, digits, '.', '_' or '-', starting with a letter/digit"
             )
         return v
 

@@ -1,12 +1,55 @@
-"""``specbundle pull``."""
+"""``specbundle pull bundle.yaml``: fetch target and draft into the mirror, pinned to commits."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-__all__ = ["command"]
+from specbundle.cli._options import json_option, mirror_option, open_mirror
+from specbundle.cli._output import console, print_json, print_table
+from specbundle.cli._progress import byte_progress
+from specbundle.pull import PullResult, pull_bundle
+from specbundle.spec import load_spec
+
+__all__ = ["command", "show_result"]
+
+
+def show_result(res: PullResult, mirror_root: Path) -> None:
+    """Human summary of a pull."""
+    rec = res.record
+    state = "unchanged" if res.unchanged else "committed"
+    console.print(f"bundle [bold]{rec.name}[/] {state} in {mirror_root}")
+    rows = []
+    for art, cnt in zip(rec.artifacts, res.artifacts, strict=True):
+        rows.append([art.role, art.repo, art.requested_revision, art.commit, len(art.files),
+                     art.total_size, len(cnt.downloaded) + len(cnt.resumed), len(cnt.reused),
+                     len(art.skipped)])
+    print_table(None, ["role", "repo", "revision", "commit", "files", "bytes", "fetched",
+                       "reused", "skipped"], rows)
 
 
 @click.command("pull")
-def command() -> None:
-    """(being built)."""
+@click.argument("spec_file", type=click.Path(dir_okay=False, path_type=Path))
+@mirror_option
+@click.option("--endpoint", default=None,
+              help="Hub endpoint (default: $HF_ENDPOINT, else the Hub).")
+@click.option("--workers", default=8, show_default=True, type=click.IntRange(1, 64),
+              help="Parallel file downloads.")
+@json_option
+def command(spec_file: Path, mirror_dir: Path | None, endpoint: str | None, workers: int,
+            as_json: bool) -> None:
+    """Pull the target and draft named in SPEC_FILE into the mirror."""
+    spec = load_spec(spec_file)
+    mirror = open_mirror(mirror_dir, create=True)
+    with byte_progress(not as_json) as bar:
+        res = pull_bundle(spec, mirror, endpoint=endpoint, workers=workers, progress=bar)
+    if as_json:
+        print_json({
+            "bundle": res.record.to_json(), "unchanged": res.unchanged,
+            "transfer": [{"role": a.role, "downloaded": list(a.downloaded),
+                          "resumed": list(a.resumed), "reused": list(a.reused)}
+                         for a in res.artifacts],
+        })
+        return
+    show_result(res, mirror.root)

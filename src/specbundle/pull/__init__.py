@@ -1,0 +1,170 @@
+"""Stage 1: pull target and draft, pinned to commits, into the mirror.
+
+:func:`pull_bundle` resolves each artifact's revision to a commit, selects the files engines
+need, fetches them in parallel (hash while streaming, verify against the hub's LFS sha256 or git
+blob id, rename into the store), then, under the mirror lock, links the Hugging Face cache
+trees and writes the bundle record last. Until that record exists nothing of the bundle is
+visible; an interrupted pull resumes from what it verified.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from specbundle import __version__
+from specbundle.errors import SourceUnavailable, SpecError
+from specbundle.mirror import Mirror, utc_now
+from specbundle.pull.fetch import FetchOutcome, Journal, fetch_file
+from specbundle.pull.huggingface import HubSource, endpoint_from_env
+from specbundle.pull.interface import ModelSource, ProgressSink, ResolvedRevision
+from specbundle.pull.local import DirSource, content_commit
+from specbundle.pull.selection import select_files
+from specbundle.record import ArtifactRecord, BundleRecord, Role
+from specbundle.spec import ArtifactSpec, BundleSpec, dump_spec
+
+__all__ = ["ArtifactPull", "PullResult", "pull_bundle", "source_for"]
+
+
+@dataclass(frozen=True)
+class ArtifactPull:
+    """Per-artifact counts of what moved."""
+
+    role: Role
+    downloaded: tuple[str, ...]
+    resumed: tuple[str, ...]
+    reused: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """The committed record plus what this run transferred."""
+
+    record: BundleRecord
+    artifacts: tuple[ArtifactPull, ...]
+    unchanged: bool
+
+    @property
+    def bytes_total(self) -> int:
+        """Bytes of all files in the bundle."""
+        return sum(a.total_size for a in self.record.artifacts)
+
+
+def source_for(art: ArtifactSpec, endpoint: str | None = None) -> ModelSource:
+    """The source implementation an artifact spec asks for."""
+    if art.dir_path is not None:
+        return DirSource(art.dir_path)
+    return HubSource(endpoint or endpoint_from_env())
+
+
+def _pull_artifact(
+    role: Role, art: ArtifactSpec, mirror: Mirror, source: ModelSource, pool: ThreadPoolExecutor,
+    progress: ProgressSink | None, cancel: threading.Event,
+) -> tuple[ArtifactRecord, ArtifactPull]:
+    resolved: ResolvedRevision = source.resolve(art.repo, art.revision)
+    wanted, skipped = select_files(art, resolved.files)
+    if not wanted:
+        raise SourceUnavailable(f"{role} {art.repo}@{resolved.commit}: no servable files "
+                                "(safetensors, GGUF, configs) after selection")
+    if art.gguf_file and art.gguf_file not in {f.path for f in wanted}:
+        raise SpecError(f"{art.gguf_file!r} is not in {art.repo}@{resolved.commit}",
+                        field=f"{role}.gguf_file")
+    journal = Journal(mirror, art.repo, resolved.commit)
+    total = sum(f.size or 0 for f in wanted)
+    task = progress.add_task(f"{role} {art.repo}", total=total) if progress else None
+    futures = [pool.submit(fetch_file, mirror, source, resolved, f, journal, progress, task,
+                           cancel) for f in wanted]
+    outcomes: list[FetchOutcome] = [fu.result() for fu in futures]
+    entries = tuple(sorted((o.entry for o in outcomes), key=lambda e: e.path))
+    commit = resolved.commit or content_commit(entries)
+    record = ArtifactRecord(
+        role=role, repo=art.repo, source=art.source, endpoint=source.endpoint,
+        requested_revision=art.revision, commit=commit, commit_kind=resolved.commit_kind,
+        files=entries, skipped=skipped, pulled_at=utc_now(),
+    )
+    counts = ArtifactPull(
+        role,
+        tuple(o.entry.path for o in outcomes if o.status == "downloaded"),
+        tuple(o.entry.path for o in outcomes if o.status == "resumed"),
+        tuple(o.entry.path for o in outcomes if o.status == "reused"),
+    )
+    return record, counts
+
+
+def _same(a: ArtifactRecord | None, b: ArtifactRecord | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (a.repo, a.commit, a.files, a.skipped) == (b.repo, b.commit, b.files, b.skipped)
+
+
+def pull_bundle(
+    spec: BundleSpec, mirror: Mirror, *, endpoint: str | None = None, workers: int = 8,
+    progress: ProgressSink | None = None,
+) -> PullResult:
+    """Pull target and draft of ``spec`` into ``mirror`` and commit the bundle record.
+
+    Raises:
+        SourceUnavailable: the endpoint, repo, revision or a file could not be reached.
+        DigestMismatch: downloaded bytes differ from the hub's declared digest.
+        SpecError: the spec names a file the repo does not have.
+    """
+    mirror = Mirror.open(mirror.root, create=True)
+    arts: list[tuple[Role, ArtifactSpec]] = [("target", spec.target)]
+    if spec.draft is not None:
+        arts.append(("draft", spec.draft))
+    records: dict[str, ArtifactRecord] = {}
+    counts: list[ArtifactPull] = []
+    sources = [source_for(a, endpoint) for _, a in arts]
+    cancel = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pull")
+    try:
+        for (role, art), src in zip(arts, sources, strict=True):
+            rec, cnt = _pull_artifact(role, art, mirror, src, pool, progress, cancel)
+            records[role] = rec
+            counts.append(cnt)
+    except BaseException:
+        # Ctrl-C or a failed file: stop every transfer now; verified objects and partial
+        # files stay for the next run, and no record is written.
+        cancel.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+        for src in sources:
+            if isinstance(src, HubSource):
+                src.close()
+    return _commit(spec, mirror, records, tuple(counts))
+
+
+def _commit(spec: BundleSpec, mirror: Mirror, records: dict[str, ArtifactRecord],
+            counts: tuple[ArtifactPull, ...]) -> PullResult:
+    with mirror.lock():
+        for rec in records.values():
+            mirror.link_snapshot(rec)
+        previous = None
+        if spec.name in mirror.bundle_names():
+            previous = mirror.load_bundle(spec.name)
+        target, draft = records["target"], records.get("draft")
+        if (previous is not None and _same(previous.target, target)
+                and _same(previous.draft, draft) and previous.spec == dump_spec(spec)):
+            return PullResult(previous, counts, unchanged=True)
+        if previous is not None:
+            mirror.write_bundle_file(
+                spec.name, f"history/bundle-{previous.created.replace(':', '')}.json",
+                (Path(mirror.bundle_dir(spec.name)) / "bundle.json").read_bytes())
+        record = BundleRecord(
+            name=spec.name, spec=dump_spec(spec), target=target, draft=draft,
+            created=utc_now(), tool_version=__version__,
+        )
+        mirror.save_bundle(record)
+        mirror.append_event("pull", spec.name, {
+            "target": {"repo": target.repo, "commit": target.commit,
+                       "endpoint": target.endpoint, "files": len(target.files)},
+            "draft": None if draft is None else {
+                "repo": draft.repo, "commit": draft.commit, "endpoint": draft.endpoint,
+                "files": len(draft.files)},
+            "replaced": previous.created if previous else None,
+        })
+    return PullResult(record, counts, unchanged=False)
