@@ -100,7 +100,13 @@ def publish_repo(
         else:
             shutil.copyfile(f, dest)
     _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "--allow-empty", "-m", message)
+    unchanged = subprocess.run(["git", "-C", str(repo), "diff", "--cached", "--quiet"],
+                               env={**os.environ, **_GIT_ENV}, check=False).returncode == 0
+    has_head = subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", "HEAD"],
+                              env={**os.environ, **_GIT_ENV}, capture_output=True,
+                              check=False).returncode == 0
+    if not (unchanged and has_head):  # same tree again: keep the commit (and its sha)
+        _git(repo, "commit", "-q", "--allow-empty", "-m", message)
     for t in tags:
         _git(repo, "tag", "-f", t)
     return _git(repo, "rev-parse", "HEAD")
