@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._engine import llama_server_bin  # noqa: F401 - shared engine fixture
+
 _SCRUB = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", "SPECBUNDLE_MIRROR",
           "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
 

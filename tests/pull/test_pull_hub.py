@@ -223,3 +223,22 @@ def test_two_concurrent_pulls_share_one_mirror(
     events = m.read_events()
     assert [e["type"] for e in events] == ["pull", "pull"]
     assert events[1]["prev"] != events[0]["prev"]
+
+
+def test_publish_repo_moves_main_only_on_change(tmp_path: Path) -> None:
+    src = make_model_dir(tmp_path / "src", seed=5)
+    first = publish_repo(tmp_path / "hub", "org/moving", src, tags=("v1",))
+    assert publish_repo(tmp_path / "hub", "org/moving", src) == first  # same tree, same commit
+    (src / "README.md").write_text("---\nlicense: mit\n---\n")
+    second = publish_repo(tmp_path / "hub", "org/moving", src)
+    repo = tmp_path / "hub" / "models" / "org" / "moving"
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    assert first != second
+    assert git("rev-parse", "main") == second
+    assert git("rev-parse", "v1") == first
+    pointer = git("show", "main:model.safetensors")
+    assert pointer.startswith("version https://git-lfs.github.com/spec/v1")

@@ -1,0 +1,54 @@
+"""``specbundle lint BUNDLE|bundle.yaml``: the speculative-decoding pitfalls, before serving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from specbundle.cli._options import default_mirror, json_option, mirror_option, open_mirror
+from specbundle.cli._output import print_json
+from specbundle.cli.render import show_findings
+from specbundle.errors import RenderError
+from specbundle.render import TARGETS, LintReport, lint_bundle, lint_spec
+from specbundle.spec import EngineName, load_spec
+
+__all__ = ["command"]
+
+
+def _is_spec_file(arg: str) -> bool:
+    return arg.endswith((".yaml", ".yml")) or Path(arg).is_file()
+
+
+@click.command("lint")
+@click.argument("bundle")
+@click.option("--engine", default=None, type=click.Choice([e.value for e in EngineName]),
+              help="Only this engine (default: every engine the spec enables).")
+@click.option("--target", default=None, type=click.Choice(sorted(TARGETS)),
+              help="Lint as for this target (unpinned images block compose/kubernetes).")
+@click.option("--allow-unpinned-image", is_flag=True,
+              help="Report an image without a digest as a warning only.")
+@mirror_option
+@json_option
+def command(bundle: str, engine: str | None, target: str | None, allow_unpinned_image: bool,
+            mirror_dir: Path | None, as_json: bool) -> None:
+    """Lint a pulled BUNDLE, or a bundle.yaml before pulling; exit 2 on errors."""
+    report: LintReport
+    if _is_spec_file(bundle):
+        spec = load_spec(Path(bundle))
+        report = lint_spec(spec, mirror_root=mirror_dir or default_mirror(), target=target,
+                           allow_unpinned_image=allow_unpinned_image)
+        if engine is not None:
+            report = LintReport(report.bundle,
+                                tuple(f for f in report.findings if f.engine in (None, engine)),
+                                report.rules_run)
+    else:
+        report = lint_bundle(open_mirror(mirror_dir), bundle, engine=engine, target=target,
+                             allow_unpinned_image=allow_unpinned_image)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        show_findings(report)
+    if not report.ok:
+        raise RenderError(f"{len(report.errors)} lint error(s) in bundle {report.bundle!r}",
+                          hint="each finding above names the field and the fix")

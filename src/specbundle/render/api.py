@@ -1,0 +1,274 @@
+"""The render stage's entry points: build a serve command, lint a bundle, render manifests.
+
+``build_serve_command`` is what the benchmark calls for both arms; ``render_bundle`` lints
+(errors block), renders one engine x target and writes the files, plus ``command.json`` (both
+arms) and ``lint.json``, into ``bundles/<name>/render/<engine>/<target>/`` by swapping in a
+fully written folder. Nothing here touches the network.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from specbundle import __version__
+from specbundle._fsutil import atomic_write_bytes, fsync_dir
+from specbundle.errors import RenderError, UsageError
+from specbundle.mirror import Mirror
+from specbundle.record import BundleRecord
+from specbundle.render.interface import (
+    EngineContext,
+    RenderMeta,
+    ServeCommand,
+    ServeEngine,
+)
+from specbundle.render.lint import LintInput, LintReport, Rule, run_rules
+from specbundle.render.llamacpp import LlamaCppEngine
+from specbundle.render.paths import ensure_aliases, model_aliases, resolve_image
+from specbundle.render.rules import ENGINE_RULES
+from specbundle.render.rules_cmd import COMMAND_RULES
+from specbundle.render.sglang import SGLangEngine
+from specbundle.render.targets import TARGETS
+from specbundle.render.vllm import VLLMEngine
+from specbundle.spec import BundleSpec, EngineName, parse_spec
+
+__all__ = [
+    "ENGINES",
+    "RULES",
+    "RenderResult",
+    "build_serve_command",
+    "lint_bundle",
+    "lint_spec",
+    "render_bundle",
+]
+
+ENGINES: dict[EngineName, ServeEngine] = {
+    e.name: e for e in (VLLMEngine(), SGLangEngine(), LlamaCppEngine())
+}
+RULES: dict[str, Rule] = {**ENGINE_RULES, **COMMAND_RULES}
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    """What render wrote: the folder, its files, both arms' commands and the lint report."""
+
+    bundle: str
+    engine: EngineName
+    target: str
+    out_dir: Path
+    files: tuple[Path, ...]
+    command: ServeCommand
+    baseline: ServeCommand
+    lint: LintReport
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form for ``--json``."""
+        return {"bundle": self.bundle, "engine": self.engine.value, "target": self.target,
+                "out_dir": str(self.out_dir), "files": [str(f) for f in self.files],
+                "command": self.command.to_json(), "baseline": self.baseline.to_json(),
+                "lint": self.lint.to_json()}
+
+
+def _engine(engine: EngineName | str) -> tuple[EngineName, ServeEngine]:
+    try:
+        name = EngineName(engine)
+    except ValueError:
+        allowed = ", ".join(e.value for e in EngineName)
+        raise UsageError(f"unknown engine {engine!r}; allowed: {allowed}") from None
+    return name, ENGINES[name]
+
+
+def _spec_of(record: BundleRecord) -> BundleSpec:
+    return parse_spec(record.spec, file=f"bundle {record.name} (bundle.json spec)")
+
+
+_IMAGE_RECORD_SCHEMA = "https://specbundle.dev/image-record/v1"
+
+
+def _recorded_image(mirror: Mirror, name: str, engine: EngineName) -> str | None:
+    """The pinned reference the images stage recorded (``bundles/<name>/images/<e>.json``).
+
+    Read as plain JSON so render does not import the Docker SDK; a record that is present but
+    unreadable fails closed rather than falling back to a tag.
+    """
+    raw = mirror.read_bundle_file(name, f"images/{engine.value}.json")
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+        if doc.get("schema") != _IMAGE_RECORD_SCHEMA or doc.get("engine") != engine.value:
+            raise ValueError("unknown schema or wrong engine")
+        ref = doc.get("repo_digest") or doc["image_id"]
+    except (ValueError, KeyError, AttributeError) as err:
+        raise RenderError(f"bundle {name!r}: image record for {engine.value} is unusable: "
+                          f"{err}") from None
+    return str(ref)
+
+
+def _image_for(mirror: Mirror, name: str, spec: BundleSpec, engine: EngineName,
+               image: str | None, digest: str | None) -> str | None:
+    """Explicit reference or digest first, then the images stage's record, else the spec's."""
+    settings = getattr(spec.engines, engine.value)
+    if settings is None:
+        return None
+    if image is None and digest is None:
+        return _recorded_image(mirror, name, engine)
+    return resolve_image(settings.image, image=image, digest=digest)
+
+
+def _context(mirror: Mirror, record: BundleRecord, *, image: str | None = None,
+             create: bool = True) -> EngineContext:
+    """Engine inputs; ``create=False`` (lint) computes the alias paths without writing."""
+    if create:
+        target, draft = ensure_aliases(mirror, record)
+    else:
+        target, draft = model_aliases(mirror.root, record.name, has_draft=record.draft is not None)
+    return EngineContext(record, _spec_of(record), mirror.root, target, draft, image)
+
+
+def build_serve_command(
+    record: BundleRecord, engine: EngineName | str, *, mirror: Mirror,
+    speculation: bool = True, image: str | None = None,
+) -> ServeCommand:
+    """The command for one engine; ``speculation=False`` is the benchmark's baseline arm.
+
+    Creates (or repoints) the neutral model aliases inside the mirror, so the paths in the
+    command exist when this returns.
+    """
+    _, eng = _engine(engine)
+    ctx = _context(mirror, record, image=image)
+    return eng.build(ctx, speculation=speculation)
+
+
+def _draft_config(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        value = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _lint(ctx: EngineContext, engines: tuple[EngineName, ...], *,
+          container_target: bool | None, allow_unpinned_image: bool,
+          draft_config: dict[str, Any] | None,
+          images: dict[EngineName, str | None] | None = None) -> LintReport:
+    files: dict[str, frozenset[str]] = {
+        a.role: frozenset(f.path for f in a.files)
+        for a in (ctx.record.artifacts if ctx.record is not None else ())}
+    commands: dict[EngineName, ServeCommand] = {}
+    for e in engines:
+        image = (images or {}).get(e)
+        try:
+            commands[e] = ENGINES[e].build(replace(ctx, image=image), speculation=True)
+        except RenderError:
+            continue  # an engine that cannot express the method; a rule reports why
+    inp = LintInput(ctx.spec, commands, draft_config, container_target, allow_unpinned_image,
+                    files)
+    return run_rules(inp, RULES)
+
+
+def lint_spec(
+    spec: BundleSpec, *, mirror_root: Path, draft_config: dict[str, Any] | None = None,
+    target: str | None = None, allow_unpinned_image: bool = False,
+) -> LintReport:
+    """Lint a spec before it is pulled, with the paths render would use under ``mirror_root``."""
+    t, d = model_aliases(mirror_root.resolve(), spec.name, has_draft=spec.draft is not None)
+    if draft_config is None and spec.draft is not None:
+        draft_config = _draft_config(spec.draft.dir_path)
+    ctx = EngineContext(None, spec, mirror_root.resolve(), t, d)
+    uses = None if target is None else _target(target).uses_image
+    return _lint(ctx, spec.engines.enabled(), container_target=uses,
+                 allow_unpinned_image=allow_unpinned_image, draft_config=draft_config)
+
+
+def lint_bundle(
+    mirror: Mirror, name: str, *, engine: EngineName | str | None = None,
+    target: str | None = None, allow_unpinned_image: bool = False,
+    image: str | None = None, image_digest: str | None = None,
+) -> LintReport:
+    """Lint a pulled bundle for one engine (default: every engine its spec enables)."""
+    record = mirror.load_bundle(name)
+    spec = _spec_of(record)
+    engines = (_engine(engine)[0],) if engine is not None else spec.engines.enabled()
+    if (image or image_digest) and len(engines) != 1:
+        raise UsageError("an image override needs exactly one engine")
+    images = {e: _image_for(mirror, name, spec, e, image, image_digest) for e in engines}
+    ctx = _context(mirror, record, create=False)
+    draft = mirror.snapshot_dir(record.draft.repo, record.draft.commit) if record.draft else None
+    uses = None if target is None else _target(target).uses_image
+    return _lint(ctx, engines, container_target=uses, allow_unpinned_image=allow_unpinned_image,
+                 draft_config=_draft_config(draft), images=images)
+
+
+def _target(target: str) -> Any:
+    if target not in TARGETS:
+        raise UsageError(f"unknown target {target!r}; allowed: {', '.join(TARGETS)}")
+    return TARGETS[target]
+
+
+def render_bundle(
+    mirror: Mirror, name: str, engine: EngineName | str, target: str,
+    out_dir: Path | None = None, *, image: str | None = None, image_digest: str | None = None,
+    allow_unpinned_image: bool = False,
+) -> RenderResult:
+    """Lint, then render one engine x target; lint errors raise :class:`RenderError`."""
+    eng_name, eng = _engine(engine)
+    tgt = _target(target)
+    record = mirror.load_bundle(name)
+    report = lint_bundle(mirror, name, engine=eng_name, target=target, image=image,
+                         image_digest=image_digest, allow_unpinned_image=allow_unpinned_image)
+    report.raise_for_errors()
+    spec = _spec_of(record)
+    ctx = _context(mirror, record,
+                   image=_image_for(mirror, name, spec, eng_name, image, image_digest))
+    cmd, base = eng.build(ctx, speculation=True), eng.build(ctx, speculation=False)
+    meta = RenderMeta(
+        bundle=name, engine=eng_name, target_ref=f"{record.target.repo}@{record.target.commit}",
+        draft_ref=f"{record.draft.repo}@{record.draft.commit}" if record.draft else None,
+        tool_version=__version__,
+    )
+    files = tgt.render(cmd, base, meta)
+    dest = out_dir or mirror.bundle_dir(name) / "render" / eng_name.value / tgt.name
+    extra = {
+        "command.json": json.dumps({"speculative": cmd.to_json(), "baseline": base.to_json()},
+                                   indent=2, sort_keys=True) + "\n",
+        "lint.json": json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n",
+    }
+    with mirror.lock():  # one writer swaps a render folder at a time
+        written = _write_folder(dest, [(f.path, f.content, f.mode) for f in files]
+                                + [(k, v, 0o644) for k, v in extra.items()])
+        mirror.append_event("render", name, {
+            "engine": eng_name.value, "target": tgt.name, "out_dir": str(dest),
+            "image": cmd.image, "files": [p.name for p in written],
+            "lint": {"errors": len(report.errors), "warnings": len(report.warnings)},
+        })
+    return RenderResult(name, eng_name, tgt.name, dest, tuple(written), cmd, base, report)
+
+
+def _write_folder(dest: Path, files: list[tuple[str, str, int]]) -> list[Path]:
+    """Write files into a staging folder beside ``dest``, then swap it in whole."""
+    dest = dest.resolve()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        for rel, content, mode in files:
+            atomic_write_bytes(stage / rel, content.encode("utf-8"), mode)
+        stage.chmod(0o755)
+        old = None
+        if dest.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
+            dest.replace(old)
+        stage.replace(dest)
+        fsync_dir(dest.parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return [dest / rel for rel, _, _ in files]

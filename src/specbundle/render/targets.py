@@ -1,0 +1,203 @@
+"""The four deployment targets: each renders any :class:`ServeCommand` through a Jinja template.
+
+Templates live in the top-level ``templates/`` folder; the wheel ships them as
+``specbundle/templates`` (pyproject force-include), an editable install reads the source tree.
+Values are quoted by filters, never by hand in templates: ``sh`` (POSIX shell), ``json``
+(a JSON string is a valid YAML scalar), ``compose`` (JSON with ``$$`` against compose's
+interpolation) and ``systemd`` (systemd's own quoting, ``%``/``$``).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import re
+import shlex
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from specbundle.errors import EnvironmentProblem
+from specbundle.render.interface import (
+    DeployTarget,
+    RenderedFile,
+    RenderMeta,
+    ServeCommand,
+)
+
+__all__ = [
+    "TARGETS",
+    "ComposeTarget",
+    "KubernetesTarget",
+    "ShellTarget",
+    "SystemdTarget",
+    "resource_name",
+    "templates_dir",
+]
+
+_TEMPLATE_PROBE = "shell/serve.sh.j2"
+
+
+def templates_dir() -> Path:
+    """``specbundle/templates`` of an installed wheel, else the repository's ``templates/``."""
+    packaged = importlib.resources.files("specbundle") / "templates"
+    candidates = [Path(str(packaged)), Path(__file__).resolve().parents[3] / "templates"]
+    for cand in candidates:
+        if (cand / _TEMPLATE_PROBE).is_file():
+            return cand
+    raise EnvironmentProblem(
+        "specbundle's manifest templates are missing (looked in "
+        + ", ".join(str(c) for c in candidates) + ")",
+        hint="reinstall specbundle; the wheel ships them as specbundle/templates",
+    )
+
+
+def _systemd_quote(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("%", "%%").replace("$", "$$") + '"'
+
+
+def _sh_lines(args: tuple[str, ...]) -> list[str]:
+    """Shell-quoted argument lines, a flag and its value on one line, for people to read."""
+    lines: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("-") and i + 1 < len(args) and not args[i + 1].startswith("-"):
+            lines.append(f"{shlex.quote(a)} {shlex.quote(args[i + 1])}")
+            i += 2
+        else:
+            lines.append(shlex.quote(a))
+            i += 1
+    return lines
+
+
+def _sh_default(var: str, default: str) -> str:
+    return f'"${{{var}:-{default}}}"' if re.fullmatch(r"[A-Za-z0-9_./-]+", default) else (
+        f'"${{{var}:-"{shlex.quote(default)}"}}"'
+    )
+
+
+@cache
+def _env() -> jinja2.Environment:
+    # Output is shell, YAML and unit files, not HTML: quoting is done by the filters below.
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True, autoescape=False,  # noqa: S701
+    )
+    env.filters["sh"] = lambda v: shlex.quote(str(v))
+    env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False)
+    env.filters["systemd"] = lambda v: _systemd_quote(str(v))
+    # Compose interpolates $VAR in every string; $$ is a literal dollar.
+    env.filters["compose"] = lambda v: json.dumps(str(v).replace("$", "$$"), ensure_ascii=False)
+    env.filters["sh_default"] = _sh_default
+    env.filters["sh_lines"] = _sh_lines
+    return env
+
+
+def _render(template: str, **values: Any) -> str:
+    return _env().get_template(template).render(**values)
+
+
+def resource_name(meta: RenderMeta) -> str:
+    """A DNS-1123 label for Kubernetes objects and compose projects (max 63 chars)."""
+    raw = f"sb-{meta.bundle}-{meta.engine.value}".lower()
+    name = re.sub(r"[^a-z0-9-]+", "-", raw).strip("-")
+    return name[:63].rstrip("-")
+
+
+def _container_argv(cmd: ServeCommand) -> list[str]:
+    # Containers listen on every interface of their own network namespace.
+    return [*cmd.container_program, *cmd.args, *cmd.listen_args]
+
+
+def _mirror_root(cmd: ServeCommand) -> str:
+    return str(cmd.mounts[0].source)
+
+
+class ShellTarget:
+    """``serve.sh``: runs a local binary; also starts the benchmark's baseline arm."""
+
+    name = "shell"
+    uses_image = False
+
+    def render(
+        self, command: ServeCommand, baseline: ServeCommand, meta: RenderMeta
+    ) -> tuple[RenderedFile, ...]:
+        """One executable POSIX shell script."""
+        files = [p for p in _model_files(command) if p]
+        text = _render("shell/serve.sh.j2", cmd=command, base=baseline, meta=meta,
+                       model_files=files, mirror_root=_mirror_root(command))
+        return (RenderedFile("serve.sh", text, 0o755),)
+
+
+def _model_files(cmd: ServeCommand) -> list[str]:
+    # The shell script checks these exist before exec, so a missing mirror fails clearly.
+    out = [str(cmd.target_path)]
+    if cmd.draft_path is not None and cmd.speculation:
+        out.append(str(cmd.draft_path))
+    return out
+
+
+class ComposeTarget:
+    """``compose.yaml``: internal network (no egress), GPU reservation, read-only mirror."""
+
+    name = "compose"
+    uses_image = True
+
+    def render(
+        self, command: ServeCommand, baseline: ServeCommand, meta: RenderMeta
+    ) -> tuple[RenderedFile, ...]:
+        """One compose file."""
+        text = _render("compose/compose.yaml.j2", cmd=command, meta=meta,
+                       project=resource_name(meta), network="specbundle",
+                       container_argv=_container_argv(command))
+        return (RenderedFile("compose.yaml", text),)
+
+
+class KubernetesTarget:
+    """Deployment + Service + egress-denying NetworkPolicy."""
+
+    name = "kubernetes"
+    uses_image = True
+
+    def render(
+        self, command: ServeCommand, baseline: ServeCommand, meta: RenderMeta
+    ) -> tuple[RenderedFile, ...]:
+        """One multi-document YAML file."""
+        app = resource_name(meta)
+        labels = (
+            ("app.kubernetes.io/name", "specbundle"),
+            ("app.kubernetes.io/instance", app),
+            ("app.kubernetes.io/component", meta.engine.value),
+            ("specbundle.dev/bundle", meta.bundle),
+        )
+        text = _render("kubernetes/kubernetes.yaml.j2", cmd=command, meta=meta, app=app,
+                       labels=labels, container_argv=_container_argv(command))
+        return (RenderedFile("kubernetes.yaml", text),)
+
+
+class SystemdTarget:
+    """A hardened unit; address-based egress limits instead of PrivateNetwork=."""
+
+    name = "systemd"
+    uses_image = False
+
+    def render(
+        self, command: ServeCommand, baseline: ServeCommand, meta: RenderMeta
+    ) -> tuple[RenderedFile, ...]:
+        """One ``.service`` unit."""
+        state = resource_name(meta)
+        unit = f"{state}.service"
+        text = _render("systemd/unit.service.j2", cmd=command, meta=meta, unit_name=unit,
+                       state_name=state, argv=list(command.argv),
+                       mirror_root=_mirror_root(command))
+        return (RenderedFile(unit, text),)
+
+
+TARGETS: dict[str, DeployTarget] = {
+    t.name: t for t in (ShellTarget(), ComposeTarget(), KubernetesTarget(), SystemdTarget())
+}
