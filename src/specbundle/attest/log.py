@@ -1,0 +1,75 @@
+"""The per-bundle append-only attestation log: ``bundles/<name>/attestations.jsonl``.
+
+One DSSE envelope per line (the in-toto bundle layout, ``application/vnd.in-toto.bundle``),
+canonical JSON, appended with ``O_APPEND`` + fsync and never rewritten. The log sits outside
+every signed file set. It is not authenticated as a whole (lines can be dropped or replayed),
+which is why verification counts *signed* statements per policy rather than trusting the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from specbundle.attest.dsse import Envelope
+from specbundle.errors import BundleNotFound, VerificationError
+from specbundle.mirror import Mirror
+
+__all__ = ["ATTESTATIONS_FILE", "append_attestation", "attestations_path", "read_attestations"]
+
+ATTESTATIONS_FILE = "attestations.jsonl"
+
+
+def attestations_path(mirror: Mirror, bundle: str) -> Path:
+    """Where a bundle's attestation log lives."""
+    return mirror.bundle_dir(bundle) / ATTESTATIONS_FILE
+
+
+def append_attestation(mirror: Mirror, bundle: str, envelope: Envelope) -> int:
+    """Append one envelope and return its 1-based line number.
+
+    Call under ``mirror.lock()`` (like ``append_event``). A torn last line left by a crash is
+    closed with a newline first, so it stays one malformed line instead of corrupting this one.
+    """
+    if not (mirror.bundle_dir(bundle) / "bundle.json").is_file():
+        raise BundleNotFound(f"no bundle named {bundle!r} in mirror {mirror.root}")
+    path = attestations_path(mirror, bundle)
+    line = envelope.to_line() + b"\n"
+    existing = path.read_bytes() if path.exists() else b""
+    if existing and not existing.endswith(b"\n"):
+        line = b"\n" + line
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return existing.count(b"\n") + line.count(b"\n")
+
+
+def read_attestations(
+    mirror: Mirror, bundle: str, *, problems: list[str] | None = None
+) -> tuple[Envelope, ...]:
+    """All envelopes in log order (an absent log is empty).
+
+    A malformed line raises :class:`VerificationError` naming the line, unless ``problems`` is
+    given: then the line's description is appended there and reading continues.
+    """
+    path = attestations_path(mirror, bundle)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return ()
+    out: list[Envelope] = []
+    for no, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            out.append(Envelope.from_json(json.loads(raw)))
+        except (ValueError, VerificationError) as err:
+            msg = f"{ATTESTATIONS_FILE} line {no}: {err}"
+            if problems is None:
+                raise VerificationError(msg) from err
+            problems.append(msg)
+    return tuple(out)

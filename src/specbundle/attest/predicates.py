@@ -1,0 +1,81 @@
+"""Versioned predicate-type URIs and where each one keeps its signed time.
+
+Standard shapes keep their standard, versioned URIs (SLSA provenance v1, in-toto test-result
+v0.1, SLSA VSA v1) so third-party tools understand them; what only specbundle defines lives
+under ``https://specbundle.dev/attestation/<kind>/v<N>``. A new version gets a new constant
+and the old one stays readable. Trust policies name statements by the short *kind*.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = [
+    "BENCH_EVIDENCE_V1",
+    "FETCH_BUILD_TYPE_V1",
+    "KIND_BY_PREDICATE",
+    "OMS_SIGNATURE_V1",
+    "PAIR_BINDING_V1",
+    "PREDICATE_BY_KIND",
+    "SCAN_CONFIGURATION_V1",
+    "SCAN_RESULT",
+    "SLSA_PROVENANCE_V1",
+    "SLSA_VSA_V1",
+    "SPECBUNDLE_URI",
+    "TRANSFER_INDEX_V1",
+    "parse_time",
+    "statement_time",
+]
+
+SPECBUNDLE_URI = "https://specbundle.dev"
+
+OMS_SIGNATURE_V1 = "https://model_signing/signature/v1.0"
+SLSA_PROVENANCE_V1 = "https://slsa.dev/provenance/v1"
+SCAN_RESULT = "https://in-toto.io/attestation/test-result/v0.1"
+SLSA_VSA_V1 = "https://slsa.dev/verification_summary/v1"
+PAIR_BINDING_V1 = f"{SPECBUNDLE_URI}/attestation/pair-binding/v1"
+BENCH_EVIDENCE_V1 = f"{SPECBUNDLE_URI}/attestation/bench-evidence/v1"
+TRANSFER_INDEX_V1 = f"{SPECBUNDLE_URI}/attestation/transfer-index/v1"
+
+#: ``buildDefinition.buildType`` of the fetch provenance (pull is the "build").
+FETCH_BUILD_TYPE_V1 = f"{SPECBUNDLE_URI}/build/fetch/v1"
+#: ``predicate.configuration[].uri`` marker of the scan test-result.
+SCAN_CONFIGURATION_V1 = f"{SPECBUNDLE_URI}/scan/v1"
+
+PREDICATE_BY_KIND: Mapping[str, str] = {
+    "fetch-provenance": SLSA_PROVENANCE_V1,
+    "scan-result": SCAN_RESULT,
+    "pair-binding": PAIR_BINDING_V1,
+    "bench-evidence": BENCH_EVIDENCE_V1,
+    "admission": SLSA_VSA_V1,
+    "transfer-index": TRANSFER_INDEX_V1,
+}
+KIND_BY_PREDICATE: Mapping[str, str] = {v: k for k, v in PREDICATE_BY_KIND.items()}
+
+
+def parse_time(value: object) -> datetime | None:
+    """RFC 3339 string to an aware datetime; None when absent or unparseable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def statement_time(predicate_type: str, predicate: Mapping[str, Any]) -> datetime | None:
+    """When the claim was made, from the field each predicate type defines for it.
+
+    SLSA provenance: ``runDetails.metadata.finishedOn``; VSA: ``timeVerified``; everything
+    else specbundle writes (including its test-result) carries ``timeCreated`` (the in-toto
+    SVR name). A statement without a time cannot satisfy a max-age policy (fail closed).
+    """
+    if predicate_type == SLSA_PROVENANCE_V1:
+        meta = predicate.get("runDetails", {}).get("metadata", {})
+        return parse_time(meta.get("finishedOn") or meta.get("startedOn"))
+    if predicate_type == SLSA_VSA_V1:
+        return parse_time(predicate.get("timeVerified"))
+    return parse_time(predicate.get("timeCreated"))

@@ -1,0 +1,60 @@
+"""``specbundle verify-model DIR --public-key KEY.pub``: check a directory against model.sig."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from specbundle.attest import load_public_key
+from specbundle.cli._keyopts import hash_progress
+from specbundle.cli._options import json_option
+from specbundle.cli._output import console, print_json
+from specbundle.errors import VerificationError
+from specbundle.verify import ModelVerificationFailed, verify_model
+
+__all__ = ["command"]
+
+
+@click.command("verify-model")
+@click.argument("model_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--public-key", "--public_key", "public_key", required=True,
+              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="PEM public key of the signer.")
+@click.option("--signature", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The signature to check (default: DIR/model.sig).")
+@click.option("--ignore-paths", "--ignore_paths", "ignore_paths", multiple=True,
+              help="Paths (relative to DIR or the current folder) not to check.")
+@click.option("--ignore-git-paths/--no-ignore-git-paths", default=True, show_default=True,
+              help="Skip .git, .gitattributes, .github and .gitignore.")
+@click.option("--ignore-unsigned-files", "--ignore_unsigned_files", "ignore_unsigned_files",
+              is_flag=True, help="Check only the files the signature lists.")
+@click.option("--allow-symlinks", "--allow_symlinks", "allow_symlinks", is_flag=True,
+              help="Follow symlinks to files (refused by default).")
+@json_option
+def command(model_dir: Path, public_key: Path, signature: Path | None,
+            ignore_paths: tuple[str, ...], ignore_git_paths: bool, ignore_unsigned_files: bool,
+            allow_symlinks: bool, as_json: bool) -> None:
+    """Verify MODEL_DIR against its OpenSSF Model Signing signature (exit 3 if it fails)."""
+    pub = load_public_key(public_key)
+    try:
+        with hash_progress(not as_json, None, "hashing") as progress:
+            res = verify_model(model_dir, pub, signature=signature, ignore_paths=ignore_paths,
+                               ignore_git_paths=ignore_git_paths,
+                               ignore_unsigned_files=ignore_unsigned_files,
+                               allow_symlinks=allow_symlinks, progress=progress)
+    except ModelVerificationFailed as err:
+        if as_json:
+            print_json({"verified": False, "problems": [p.to_json() for p in err.problems]})
+        raise
+    except VerificationError as err:
+        if as_json:
+            print_json({"verified": False, "problems": [
+                {"kind": "bad-signature", "subject": "model.sig", "message": err.message}]})
+        raise
+    if as_json:
+        print_json({"verified": True, "root_digest": res.manifest.root_digest,
+                    "files": len(res.manifest.resources), "signer": res.signer})
+        return
+    console.print(f"verified {len(res.manifest.resources)} files of {model_dir}; "
+                  f"root digest {res.manifest.root_digest}")

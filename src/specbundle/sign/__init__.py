@@ -1,0 +1,184 @@
+"""Stage 3: sign model directories and pulled bundles (connected side).
+
+:func:`sign_model` writes an OMS ``model.sig`` for any directory (the surface an OMS
+conformance adapter drives). :func:`sign_bundle` signs a pulled bundle: one ``model.sig`` per
+artifact under ``bundles/<name>/sign/<role>/`` (outside the signed file set), then appends
+fetch provenance, scan result and pair binding to ``attestations.jsonl``, then a ``sign``
+event, all under the mirror lock. Digests come from the bundle record (pull verified them
+while streaming) unless ``rehash`` asks to read every object again, in parallel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from specbundle._fsutil import atomic_write_bytes
+from specbundle.attest import (
+    OmsManifest,
+    SigningKey,
+    append_attestation,
+    build_model_sig,
+    sign_statement,
+)
+from specbundle.attest.modeldir import hash_model_tree, scan_model_dir
+from specbundle.attest.oms import GIT_IGNORED_PATHS
+from specbundle.digest import hash_files, sha256_bytes
+from specbundle.errors import MirrorError, ScanBlocked, UsageError, VerificationError
+from specbundle.mirror import Mirror, utc_now
+from specbundle.record import ArtifactRecord, BundleRecord
+from specbundle.scan.findings import ScanReport
+from specbundle.sign.statements import fetch_provenance, pair_binding, scan_result
+
+__all__ = [
+    "SCAN_REPORT",
+    "SignedBundle",
+    "SignedModel",
+    "bundle_manifest",
+    "model_sig_rel",
+    "sign_bundle",
+    "sign_model",
+]
+
+SCAN_REPORT = "scan/report.json"
+Progress = Callable[[int], None]
+
+
+def model_sig_rel(role: str) -> str:
+    """Bundle-relative path of an artifact's ``model.sig``."""
+    return f"sign/{role}/model.sig"
+
+
+@dataclass(frozen=True)
+class SignedModel:
+    """A written ``model.sig`` and the manifest it signs."""
+
+    signature: Path
+    manifest: OmsManifest
+
+
+@dataclass(frozen=True)
+class SignedBundle:
+    """Proof that :func:`sign_bundle` ran: roots, signatures, attestation log lines."""
+
+    name: str
+    roots: dict[str, str]
+    signatures: dict[str, Path]
+    attestation_lines: tuple[int, ...]
+    signers: tuple[str, ...]
+    scanned: bool
+
+
+def sign_model(
+    model_dir: Path, key: SigningKey, *, signature: Path | None = None,
+    ignore_paths: Iterable[str | Path] = (), ignore_git_paths: bool = True,
+    allow_symlinks: bool = False, workers: int | None = None, progress: Progress | None = None,
+) -> SignedModel:
+    """Hash ``model_dir`` (files in parallel) and write its OMS signature.
+
+    Raises:
+        UsageError: empty model, symlinks without ``allow_symlinks``, special files, or a key
+            OMS does not allow (Ed25519).
+    """
+    sig = signature or model_dir / "model.sig"
+    tree = scan_model_dir(model_dir, ignore_paths=ignore_paths, ignore_git_paths=ignore_git_paths,
+                          allow_symlinks=allow_symlinks, signature=sig)
+    if tree.refused:
+        raise UsageError(f"cannot sign {model_dir}: "
+                         + "; ".join(f"{p}: {why}" for p, why in tree.refused))
+    if not tree.files:
+        raise UsageError(f"refusing to sign an empty model directory {model_dir}",
+                         hint="OMS v1.0 requires at least one file")
+    manifest = hash_model_tree(tree, workers=workers, progress=progress)
+    data = build_model_sig(manifest, key)
+    atomic_write_bytes(sig, data)
+    return SignedModel(sig, manifest)
+
+
+def bundle_manifest(
+    mirror: Mirror, art: ArtifactRecord, *, rehash: bool = False, workers: int | None = None,
+    progress: Progress | None = None,
+) -> OmsManifest:
+    """The OMS manifest of a mirrored artifact, from recorded digests or by re-hashing."""
+    files = [f for f in art.files
+             if not any(f.path == g or f.path.startswith(g + "/") for g in GIT_IGNORED_PATHS)]
+    for f in files:
+        if not mirror.has_object(f.sha256, f.size):
+            raise MirrorError(f"{art.repo}: object for {f.path} ({f.sha256}) is missing or "
+                              "has the wrong size", hint="pull the bundle again")
+    if rehash:
+        paths = {mirror.object_path(f.sha256): f for f in files}
+        actual = hash_files(paths, workers=workers, progress=progress)
+        bad = [f"{paths[p].path}: recorded {paths[p].sha256}, object hashes to {d}"
+               for p, d in actual.items() if d != paths[p].sha256]
+        if bad:
+            raise VerificationError(f"{art.repo}: mirror objects changed: " + "; ".join(bad))
+    return OmsManifest.build(art.repo, [(f.path, f.sha256) for f in files], allow_symlinks=True)
+
+
+def _read_scan(mirror: Mirror, name: str) -> tuple[ScanReport | None, str | None]:
+    raw = mirror.read_bundle_file(name, SCAN_REPORT)
+    if raw is None:
+        return None, None
+    return ScanReport.from_bytes(raw), sha256_bytes(raw)
+
+
+def _check_scan_matches(report: ScanReport, rec: BundleRecord) -> None:
+    """A scan of other bytes (a re-pulled bundle, a copied report) must not be attested."""
+    want = {a.role: f"{a.repo}@{a.commit}" for a in rec.artifacts}
+    if report.subject != rec.name or (report.artifacts and dict(report.artifacts) != want):
+        raise UsageError(
+            f"scan report is for {report.subject!r} {dict(report.artifacts)}, not for bundle "
+            f"{rec.name!r} {want}; refusing to sign a stale scan", hint="run `specbundle scan`")
+
+
+def sign_bundle(
+    mirror: Mirror, name: str, keys: Sequence[SigningKey], *, allow_unscanned: bool = False,
+    rehash: bool = False, workers: int | None = None, progress: Progress | None = None,
+) -> SignedBundle:
+    """Sign a pulled bundle: model.sig per artifact + three attestations + a ``sign`` event.
+
+    The first key signs ``model.sig`` (the reference verifier checks one signature only);
+    every key signs each attestation, so k-of-n approvals can be met in one run.
+
+    Raises:
+        ScanBlocked: the scan report blocks (never signed, whatever the flags).
+        UsageError: no scan report and not ``allow_unscanned``; no key; a non-ECDSA first key.
+    """
+    if not keys:
+        raise UsageError("no signing key given", hint="pass --key KEY.pem")
+    rec: BundleRecord = mirror.load_bundle(name)
+    report, report_sha = _read_scan(mirror, name)
+    if report is None and not allow_unscanned:
+        raise UsageError(f"bundle {name!r} has no scan report ({SCAN_REPORT}); refusing to sign",
+                         hint="run `specbundle scan` first, or pass --allow-unscanned "
+                              "(recorded as a FAILED scan attestation)")
+    if report is not None:
+        _check_scan_matches(report, rec)
+    if report is not None and report.blocked:
+        raise ScanBlocked(f"bundle {name!r}: the scan report blocks "
+                          f"({len(report.blocking())} finding(s) at or above "
+                          f"{report.fail_on.value}); refusing to sign")
+    manifests: dict[str, OmsManifest] = {
+        a.role: bundle_manifest(mirror, a, rehash=rehash, workers=workers, progress=progress)
+        for a in rec.artifacts}
+    roots: dict[str, str] = {role: m.root_digest for role, m in manifests.items()}
+    sigs = {role: build_model_sig(m, keys[0]) for role, m in manifests.items()}
+    now = utc_now()
+    statements = [fetch_provenance(rec, a, roots[a.role]) for a in rec.artifacts]
+    statements.append(scan_result(rec, roots, report, report_sha or "", now))
+    statements.append(pair_binding(rec, roots, now))
+    envelopes = [sign_statement(st, keys) for st in statements]
+    with mirror.lock():
+        paths: dict[str, Path] = {role: mirror.write_bundle_file(name, model_sig_rel(role), data)
+                 for role, data in sigs.items()}
+        lines = tuple(append_attestation(mirror, name, env) for env in envelopes)
+        mirror.append_event("sign", name, {
+            "roots": roots, "signers": [k.fingerprint for k in keys],
+            "model_sig": {r: sha256_bytes(d) for r, d in sigs.items()},
+            "attestations": [sha256_bytes(e.to_line()) for e in envelopes],
+            "scan_report_sha256": report_sha, "unscanned": report is None,
+        })
+    return SignedBundle(name, roots, paths, lines, tuple(k.fingerprint for k in keys),
+                        report is not None)

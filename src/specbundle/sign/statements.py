@@ -1,0 +1,167 @@
+"""The three statements ``specbundle sign`` makes about a pulled bundle.
+
+* fetch provenance (SLSA provenance v1 shape): the pull is the "build"; endpoint, repo,
+  requested and resolved revision, per-file sha256 with the hub's LFS digest, time, tool;
+* scan result (in-toto test-result v0.1 shape) naming the scan report by its sha256;
+* pair binding: target root, draft root, tokenizer digests, method and speculative settings,
+  so a draft cannot be swapped under an approved target.
+
+Pure builders: values in, :class:`~specbundle.attest.Statement` out; signing happens in
+:mod:`specbundle.sign`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from specbundle import __version__
+from specbundle.attest import (
+    FETCH_BUILD_TYPE_V1,
+    PAIR_BINDING_V1,
+    SCAN_RESULT,
+    SLSA_PROVENANCE_V1,
+    SPECBUNDLE_URI,
+    Statement,
+    Subject,
+    artifact_subjects,
+)
+from specbundle.attest.predicates import SCAN_CONFIGURATION_V1
+from specbundle.record import ArtifactRecord, BundleRecord
+from specbundle.scan.findings import ScanReport
+
+__all__ = [
+    "TOKENIZER_FILES",
+    "fetch_provenance",
+    "jsonable",
+    "pair_binding",
+    "scan_result",
+    "subjects_for",
+]
+
+#: Files whose digests decide whether draft and target speak the same tokens.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json",
+                   "special_tokens_map.json", "vocab.json", "merges.txt")
+
+
+def jsonable(value: Any) -> Any:
+    """Floats become strings (signed JSON carries no floats); containers recurse."""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def subjects_for(art: ArtifactRecord, root: str) -> tuple[Subject, Subject]:
+    """OMS root digest + commit subjects of one artifact."""
+    return artifact_subjects(art.repo, root, art.commit, art.commit_kind)
+
+
+def fetch_provenance(rec: BundleRecord, art: ArtifactRecord, root: str) -> Statement:
+    """SLSA provenance v1 for how one artifact entered the mirror."""
+    spec_art = rec.spec.get(art.role, {}) or {}
+    location = f"{(art.endpoint or 'https://huggingface.co').rstrip('/')}/{art.repo}" \
+        if art.source == "hf" else art.source
+    commit_key = "gitCommit" if art.commit_kind == "git" else "specbundleContentCommit"
+    files = []
+    for f in art.files:
+        ann = {k: v for k, v in (("hubLfsSha256", f.lfs_sha256), ("gitBlobId", f.git_blob_id))
+               if v}
+        entry: dict[str, Any] = {"name": f.path, "digest": {"sha256": f.sha256},
+                                 "annotations": {"size": f.size, **ann}}
+        files.append(entry)
+    predicate = {
+        "buildDefinition": {
+            "buildType": FETCH_BUILD_TYPE_V1,
+            "externalParameters": jsonable({
+                "repo": art.repo, "revision": art.requested_revision, "source": art.source,
+                "endpoint": art.endpoint, "allowPatterns": spec_art.get("allow_patterns"),
+                "allowPickle": spec_art.get("allow_pickle", False),
+                "allowRemoteCode": spec_art.get("allow_remote_code", False),
+            }),
+            "internalParameters": {"bundle": rec.name, "role": art.role},
+            "resolvedDependencies": [
+                {"uri": location, "digest": {commit_key: art.commit},
+                 "annotations": {"requestedRevision": art.requested_revision}},
+                *files,
+            ],
+        },
+        "runDetails": {
+            "builder": {"id": f"{SPECBUNDLE_URI}/pull",
+                        "version": {"specbundle": rec.tool_version}},
+            "metadata": {"invocationId": f"{rec.name}/{art.role}/{art.commit}",
+                         "startedOn": art.pulled_at or rec.created,
+                         "finishedOn": art.pulled_at or rec.created},
+            "byproducts": [{"name": "oms-root-digest", "digest": {"sha256": root}},
+                           *({"name": f"skipped:{s.path}", "annotations": {"reason": s.reason}}
+                             for s in art.skipped)],
+        },
+    }
+    return Statement.build(subjects_for(art, root), SLSA_PROVENANCE_V1, predicate)
+
+
+def scan_result(
+    rec: BundleRecord, roots: Mapping[str, str], report: ScanReport | None, report_sha256: str,
+    now: str,
+) -> Statement:
+    """test-result v0.1 over the scan report; ``report=None`` records an explicit no-scan."""
+    subjects = [s for art in rec.artifacts for s in subjects_for(art, roots[art.role])]
+    if report is None:
+        predicate: dict[str, Any] = {
+            "result": "FAILED", "configuration": [], "passedTests": [], "warnedTests": [],
+            "failedTests": ["scan:not-run"], "timeCreated": now,
+            "specbundle_unscanned": True,
+        }
+        return Statement.build(subjects, SCAN_RESULT, predicate)
+    blocking = set(report.blocking())
+    failed = sorted({f"{f.check_id}:{f.role or '-'}:{f.file or '-'}" for f in blocking}
+                    | {f"crashed:{c}" for c in report.crashed_checks})
+    warned = sorted({f"{f.check_id}:{f.role or '-'}:{f.file or '-'}"
+                     for f in report.findings if f not in blocking})
+    result = "FAILED" if report.blocked else ("WARNED" if warned else "PASSED")
+    predicate = {
+        "result": result,
+        "configuration": [{"uri": SCAN_CONFIGURATION_V1, "name": "scan/report.json",
+                           "digest": {"sha256": report_sha256}}],
+        "passedTests": [] if failed or warned else ["scan:all-checks"],
+        "warnedTests": warned, "failedTests": failed, "timeCreated": now,
+        "specbundle_scan": {"reportSha256": report_sha256, "failOn": report.fail_on.value,
+                            "counts": report.counts(), "scannedAt": report.scanned_at,
+                            "toolVersion": report.tool_version},
+    }
+    return Statement.build(subjects, SCAN_RESULT, predicate)
+
+
+def _tokenizer_digests(art: ArtifactRecord | None) -> dict[str, str]:
+    if art is None:
+        return {}
+    return {f.path: f.sha256 for f in art.files if f.path.rsplit("/", 1)[-1] in TOKENIZER_FILES}
+
+
+def pair_binding(rec: BundleRecord, roots: Mapping[str, str], now: str) -> Statement:
+    """One statement binding the exact target and draft bytes to the speculative settings."""
+    tok_t, tok_d = _tokenizer_digests(rec.target), _tokenizer_digests(rec.draft)
+    main_tok = next((tok_t[p] for p in ("tokenizer.json", "tokenizer.model") if p in tok_t), None)
+
+    def side(art: ArtifactRecord | None) -> dict[str, Any] | None:
+        if art is None:
+            return None
+        return {"repo": art.repo, "commit": art.commit, "commitKind": art.commit_kind,
+                "rootDigest": roots[art.role], "gguf": (rec.spec.get(art.role) or {})
+                .get("gguf_file")}
+
+    spec_spec = rec.spec.get("speculative", {}) or {}
+    predicate = {
+        "bundle": rec.name, "method": spec_spec.get("method"),
+        "target": side(rec.target), "draft": side(rec.draft),
+        "tokenizer": {"digest": main_tok, "target": tok_t, "draft": tok_d,
+                      "draftMatchesTarget": bool(tok_d) and all(
+                          tok_t.get(p) == d for p, d in tok_d.items())},
+        "speculative": jsonable(spec_spec),
+        "timeCreated": now, "toolVersion": __version__,
+    }
+    subjects = [s for art in rec.artifacts for s in subjects_for(art, roots[art.role])]
+    return Statement.build(subjects, PAIR_BINDING_V1, predicate)

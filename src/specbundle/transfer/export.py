@@ -1,0 +1,150 @@
+"""Write a self-contained, signed transfer set for one signed bundle (connected side).
+
+Contents: every object the bundle references (``objects/<sha256>``), the bundle's folder
+(record, scan report, ``sign/*/model.sig``, ``attestations.jsonl``, ``render/`` manifests;
+``bundle/<path>``), and ``index.json`` last: the signed index with a version one higher than
+the previous export of this bundle from this mirror. Objects are re-hashed while copied, so a
+corrupt store cannot leak into a transfer. Optionally the parts go out as fixed-size chunks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from specbundle._fsutil import atomic_write_bytes, atomic_write_json
+from specbundle.attest import SigningKey, sign_statement
+from specbundle.digest import sha256_bytes
+from specbundle.errors import MirrorError, UsageError
+from specbundle.mirror import Mirror, utc_now
+from specbundle.sign import bundle_manifest, model_sig_rel
+from specbundle.sign.statements import subjects_for
+from specbundle.transfer.chunks import CHUNK_DIR, ChunkWriter, read_blocks
+from specbundle.transfer.index import INDEX_FILE, Part, TransferIndex
+
+__all__ = ["EXPORT_STATE", "ExportResult", "export_bundle"]
+
+EXPORT_STATE = "export/state.json"
+_LOCAL_DIRS = ("export", "import")  # per-mirror bookkeeping, never carried
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What was written: the set's folder, index version and digest, sizes."""
+
+    out_dir: Path
+    bundle: str
+    version: int
+    parts: int
+    bytes: int
+    chunks: int
+    index_sha256: str
+
+
+def _bundle_files(mirror: Mirror, name: str) -> list[tuple[str, Path]]:
+    root = mirror.bundle_dir(name)
+    out = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if p.is_file() and not p.is_symlink() and rel.parts[0] not in _LOCAL_DIRS \
+                and not any(x.startswith(".") for x in rel.parts):
+            out.append((rel.as_posix(), p))
+    return out
+
+
+def _next_version(mirror: Mirror, name: str, requested: int | None) -> int:
+    raw = mirror.read_bundle_file(name, EXPORT_STATE)
+    last = int(json.loads(raw)["version"]) if raw else 0
+    if requested is not None and requested <= last:
+        raise UsageError(f"index version {requested} is not above the last export ({last})",
+                         hint="versions only grow, so importers can refuse rollbacks")
+    return requested if requested is not None else last + 1
+
+
+def export_bundle(
+    mirror: Mirror, name: str, out_dir: Path, keys: Sequence[SigningKey], *,
+    chunk_size: int | None = None, version: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ExportResult:
+    """Write bundle ``name`` as a transfer set into ``out_dir`` and sign its index.
+
+    Raises:
+        UsageError: no key, the bundle is not signed, or a version that does not grow.
+        MirrorError: an object is missing or its bytes no longer match its digest.
+    """
+    if not keys:
+        raise UsageError("exporting needs a key to sign the transfer index", hint="--key KEY")
+    rec = mirror.load_bundle(name)
+    for art in rec.artifacts:
+        if mirror.read_bundle_file(name, model_sig_rel(art.role)) is None:
+            raise UsageError(f"bundle {name!r} is not signed ({art.role} has no model.sig)",
+                             hint="run `specbundle sign` first")
+    ver = _next_version(mirror, name, version)
+    roots = {a.role: bundle_manifest(mirror, a).root_digest for a in rec.artifacts}
+    sources: list[tuple[str, Path, str | None]] = [
+        (f"objects/{sha}", mirror.object_path(sha), sha) for sha in sorted(rec.referenced_blobs())]
+    sources += [(f"bundle/{rel}", p, None) for rel, p in _bundle_files(mirror, name)]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / INDEX_FILE).unlink(missing_ok=True)  # a half-written set has no valid index
+    shutil.rmtree(out_dir / CHUNK_DIR, ignore_errors=True)
+    writer = ChunkWriter(out_dir, chunk_size) if chunk_size else None
+    parts: list[Part] = []
+    for rel, src, want in sources:
+        if not src.is_file():
+            raise MirrorError(f"{name}: {rel} is missing from the mirror")
+        h, size, offset = hashlib.sha256(), 0, writer.offset if writer else None
+        dest = out_dir / rel
+        reuse = writer is None and want is not None and dest.is_file() \
+            and dest.stat().st_size == src.stat().st_size
+        fh = None if writer or reuse else _TmpFile(dest)
+        for block in read_blocks(src, progress):
+            h.update(block)
+            size += len(block)
+            if writer:
+                writer.write(block)
+            elif fh is not None:
+                fh.write(block)
+        digest = h.hexdigest()
+        if want is not None and digest != want:
+            raise MirrorError(f"mirror object {want} hashes to {digest}: the store is corrupt")
+        if fh is not None:
+            fh.commit()
+        parts.append(Part(rel, size, digest, offset))
+    chunks = writer.close() if writer else []
+    index = TransferIndex(name, ver, utc_now(), tuple(parts), chunk_size, tuple(chunks))
+    subjects = [s for a in rec.artifacts for s in subjects_for(a, roots[a.role])]
+    env = sign_statement(index.statement(subjects), keys)
+    data = json.dumps(env.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+    atomic_write_bytes(out_dir / INDEX_FILE, data)
+    with mirror.lock():
+        atomic_write_json(mirror.bundle_dir(name) / EXPORT_STATE,
+                          {"version": ver, "index_sha256": sha256_bytes(data),
+                           "exported_at": index.created, "to": str(out_dir)})
+        mirror.append_event("export", name, {"version": ver, "index_sha256": sha256_bytes(data),
+                                             "parts": len(parts), "chunks": len(chunks)})
+    return ExportResult(out_dir, name, ver, len(parts), sum(p.size for p in parts), len(chunks),
+                        sha256_bytes(data))
+
+
+class _TmpFile:
+    """A part being written beside its final name; renamed into place once complete."""
+
+    def __init__(self, dest: Path) -> None:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        self.dest = dest
+        self.tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+        self.fh = self.tmp.open("wb")
+
+    def write(self, data: bytes) -> None:
+        self.fh.write(data)
+
+    def commit(self) -> None:
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        self.fh.close()
+        self.tmp.replace(self.dest)

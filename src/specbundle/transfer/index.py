@@ -1,0 +1,109 @@
+"""The signed transfer index: what a transfer set holds, in which version, with which digests.
+
+The index is an in-toto statement (``transfer-index/v1``) in a DSSE envelope, written as
+``index.json`` at the top of the transfer set. Its subjects are the artifacts' OMS roots and
+commits; its predicate lists every part (path, size, sha256; the byte offset when chunked) and,
+for a chunked set, every chunk. The ``version`` is a per-bundle counter that only grows, which
+is what lets the importing side refuse a replayed older index (TUF's rollback rule, without TUF).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from specbundle import __version__
+from specbundle.attest import TRANSFER_INDEX_V1, Statement, Subject
+from specbundle.digest import is_sha256
+from specbundle.errors import VerificationError
+
+__all__ = ["INDEX_FILE", "Chunk", "Part", "TransferIndex", "safe_part_path"]
+
+INDEX_FILE = "index.json"
+
+
+def safe_part_path(path: str) -> str:
+    """Refuse absolute paths, ``..`` and oddities before they touch the filesystem."""
+    p = PurePosixPath(path)
+    if p.is_absolute() or ".." in p.parts or not p.parts or "\\" in path \
+            or p.parts[0] not in ("objects", "bundle"):
+        raise VerificationError(f"transfer index names an unsafe part path {path!r}")
+    return p.as_posix()
+
+
+@dataclass(frozen=True)
+class Part:
+    """One file of the set; ``offset`` is its start in the chunk stream (chunked sets only)."""
+
+    path: str
+    size: int
+    sha256: str
+    offset: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        d: dict[str, Any] = {"path": self.path, "size": self.size, "sha256": self.sha256}
+        if self.offset is not None:
+            d["offset"] = self.offset
+        return d
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of a split set (for removable media)."""
+
+    name: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class TransferIndex:
+    """The parsed predicate of a transfer index."""
+
+    bundle: str
+    version: int
+    created: str
+    parts: tuple[Part, ...]
+    chunk_size: int | None = None
+    chunks: tuple[Chunk, ...] = ()
+
+    def statement(self, subjects: Sequence[Subject]) -> Statement:
+        """The statement to sign."""
+        predicate: dict[str, Any] = {
+            "bundle": self.bundle, "version": self.version, "timeCreated": self.created,
+            "toolVersion": __version__, "parts": [p.to_json() for p in self.parts],
+        }
+        if self.chunk_size is not None:
+            predicate["chunking"] = {
+                "chunkSize": self.chunk_size,
+                "chunks": [{"name": c.name, "size": c.size, "sha256": c.sha256}
+                           for c in self.chunks]}
+        return Statement.build(subjects, TRANSFER_INDEX_V1, predicate)
+
+    @classmethod
+    def from_statement(cls, st: Statement) -> TransferIndex:
+        """Validate a signed index predicate; any defect is a :class:`VerificationError`."""
+        if st.predicate_type != TRANSFER_INDEX_V1:
+            raise VerificationError(f"index has predicate type {st.predicate_type!r}, "
+                                    f"expected {TRANSFER_INDEX_V1!r}")
+        p = st.predicate
+        try:
+            parts = tuple(Part(safe_part_path(str(x["path"])), int(x["size"]), str(x["sha256"]),
+                               int(x["offset"]) if "offset" in x else None)
+                          for x in p["parts"])
+            ch = p.get("chunking")
+            chunks = tuple(Chunk(str(c["name"]), int(c["size"]), str(c["sha256"]))
+                           for c in ch["chunks"]) if ch else ()
+            idx = cls(str(p["bundle"]), int(p["version"]), str(p["timeCreated"]), parts,
+                      int(ch["chunkSize"]) if ch else None, chunks)
+        except (KeyError, TypeError, ValueError) as err:
+            raise VerificationError(f"transfer index predicate is malformed: {err}") from err
+        bad = [x.path for x in idx.parts if not is_sha256(x.sha256) or x.size < 0]
+        bad += [c.name for c in idx.chunks if not is_sha256(c.sha256)
+                or PurePosixPath(c.name).name != c.name]
+        if bad or idx.version < 1 or len({x.path for x in idx.parts}) != len(idx.parts):
+            raise VerificationError(f"transfer index is inconsistent: {bad or 'version/paths'}")
+        return idx

@@ -1,0 +1,76 @@
+"""Verify an OMS ``model.sig`` against any model directory (the ``verify-model`` surface).
+
+Same semantics as the reference verifier: the signature's own ``ignore_paths`` are honoured,
+the signature file is excluded, and with ``ignore_unsigned_files`` only signed files are read
+(missing ones still fail). Unlike the reference it reports every difference at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from specbundle.attest import OmsManifest, PublicKey, open_model_sig
+from specbundle.attest.modeldir import ModelTree, hash_model_tree, scan_model_dir
+from specbundle.errors import VerificationError
+from specbundle.verify.diff import Problem, diff_files
+
+__all__ = ["ModelVerification", "ModelVerificationFailed", "verify_model"]
+
+
+@dataclass(frozen=True)
+class ModelVerification:
+    """A directory that matched its signature."""
+
+    model_dir: Path
+    manifest: OmsManifest
+    signer: str
+
+
+class ModelVerificationFailed(VerificationError):
+    """The directory does not match its signature; ``problems`` lists every difference."""
+
+    def __init__(self, model_dir: Path, problems: list[Problem]) -> None:
+        super().__init__(f"{model_dir} does not match its signature:\n  "
+                         + "\n  ".join(str(p) for p in problems))
+        self.problems = tuple(problems)
+
+
+def verify_model(
+    model_dir: Path, public: PublicKey, *, signature: Path | None = None,
+    ignore_paths: Iterable[str | Path] = (), ignore_git_paths: bool = True,
+    ignore_unsigned_files: bool = False, allow_symlinks: bool = False,
+    workers: int | None = None, progress: Callable[[int], None] | None = None,
+) -> ModelVerification:
+    """Check ``model_dir`` against its ``model.sig``, re-hashing every file in parallel.
+
+    Raises:
+        ModelVerificationFailed: files missing, extra, changed, or refused (symlinks).
+        VerificationError: the signature itself does not verify with ``public``.
+    """
+    sig = signature or model_dir / "model.sig"
+    try:
+        data = sig.read_bytes()
+    except OSError as err:
+        raise VerificationError(f"cannot read signature {sig}: {err.strerror}") from err
+    manifest = open_model_sig(data, public)
+    tree = scan_model_dir(model_dir, ignore_paths=ignore_paths, ignore_git_paths=ignore_git_paths,
+                          allow_symlinks=allow_symlinks, signature=sig,
+                          extra_ignored=manifest.ignore_paths)
+    expected = manifest.digests()
+    refused = tree.refused
+    if ignore_unsigned_files:
+        tree = ModelTree(tree.root, {k: v for k, v in tree.files.items() if k in expected},
+                         (), tree.ignore_paths, tree.allow_symlinks)
+        refused = tuple((p, w) for p, w in refused if p in expected or p == ".")
+    problems = [Problem("unsafe-file", f"model:{p}", why) for p, why in refused]
+    actual: dict[str, str] = {}
+    if tree.files:
+        actual = hash_model_tree(tree, workers=workers, progress=progress).digests()
+    refused_names = {p for p, _ in refused}
+    problems += diff_files("model", {k: v for k, v in expected.items()
+                                     if k not in refused_names}, actual)
+    if problems:
+        raise ModelVerificationFailed(model_dir, problems)
+    return ModelVerification(model_dir, manifest, public.fingerprint)

@@ -1,0 +1,208 @@
+"""The offline trust policy (``trust.yaml``): who may sign what, k-of-n, maximum age.
+
+::
+
+    apiVersion: specbundle/v1
+    kind: TrustPolicy
+    max_age: 180d                      # default for every requirement (s, m, h, d, w)
+    keys:
+      - name: release
+        fingerprint: <sha256 hex of the SPKI DER>   # must match the PEM below
+        public_key: |
+          -----BEGIN PUBLIC KEY-----
+          ...
+        repos: ["org/*"]               # fnmatch patterns: repos whose weights it may sign
+        bundles: ["*"]                 # and/or bundle names it may sign for
+    model_signers: [release]           # optional: who may sign model.sig (default: all keys)
+    require:                           # statement kind -> k-of-n
+      fetch-provenance: {threshold: 1}
+      scan-result: {threshold: 1, signers: [security]}
+      pair-binding: {threshold: 2, signers: [security, ml-lead], max_age: 30d}
+
+An empty, unreadable or inconsistent policy is a :class:`SpecError`, never "trust all":
+unknown kinds, duplicate keys, a fingerprint that does not match its PEM, and thresholds that
+the eligible signers cannot reach are all refused at load time.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from specbundle.attest import PREDICATE_BY_KIND, PublicKey, public_key_from_pem
+from specbundle.digest import sha256_bytes
+from specbundle.errors import SpecbundleError, SpecError
+
+__all__ = ["DEFAULT_REQUIRE", "Requirement", "TrustPolicy", "TrustedKey", "load_policy",
+           "parse_duration", "parse_policy"]
+
+#: Used when ``require`` is omitted: every statement ``specbundle sign`` makes, 1-of-n.
+DEFAULT_REQUIRE = ("fetch-provenance", "scan-result", "pair-binding")
+_DURATION = re.compile(r"^(\d+)\s*([smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90d``, ``12h``, ``30m``, ``3600s``, ``2w`` -> timedelta."""
+    m = _DURATION.match(text.strip())
+    if not m or int(m.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a duration like 90d, 12h, 30m")
+    return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)])
+
+
+class _Key(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(min_length=1)
+    fingerprint: str = Field(pattern=r"^[0-9a-f]{64}$")
+    public_key: str
+    repos: list[str] = []
+    bundles: list[str] = []
+
+
+class _Req(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    threshold: int = Field(1, ge=1)
+    signers: list[str] | None = None
+    max_age: str | None = None
+
+
+class _Policy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    api_version: Literal["specbundle/v1"] = Field(alias="apiVersion")
+    kind: Literal["TrustPolicy"]
+    keys: list[_Key] = Field(min_length=1)
+    model_signers: list[str] | None = None
+    require: dict[str, _Req] | None = None
+    max_age: str | None = None
+
+
+@dataclass(frozen=True)
+class TrustedKey:
+    """A key the site trusts, and the repos/bundles it may speak for."""
+
+    name: str
+    public: PublicKey
+    repos: tuple[str, ...]
+    bundles: tuple[str, ...]
+
+    @property
+    def fingerprint(self) -> str:
+        """The key's fingerprint."""
+        return self.public.fingerprint
+
+    def may_sign(self, repo: str, bundle: str) -> bool:
+        """True if the key is scoped to this repo or this bundle name."""
+        return any(fnmatch.fnmatchcase(repo, p) for p in self.repos) or any(
+            fnmatch.fnmatchcase(bundle, p) for p in self.bundles)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """``threshold`` distinct eligible signers must have signed a fresh statement of ``kind``."""
+
+    kind: str
+    predicate_type: str
+    threshold: int
+    signers: frozenset[str]
+    max_age: timedelta | None
+
+
+@dataclass(frozen=True)
+class TrustPolicy:
+    """A validated policy; ``digest`` is the sha256 of the file bytes (for audit records)."""
+
+    keys: tuple[TrustedKey, ...]
+    model_signers: frozenset[str]
+    requirements: tuple[Requirement, ...]
+    digest: str
+    source: str
+
+    def key(self, fingerprint: str) -> TrustedKey | None:
+        """The trusted key with this fingerprint."""
+        return next((k for k in self.keys if k.fingerprint == fingerprint), None)
+
+    @property
+    def public_keys(self) -> tuple[PublicKey, ...]:
+        """Every trusted public key."""
+        return tuple(k.public for k in self.keys)
+
+
+def _resolve(names: list[str] | None, keys: dict[str, TrustedKey], where: str) -> frozenset[str]:
+    if names is None:
+        return frozenset(k.fingerprint for k in keys.values())
+    if not names:
+        raise ValueError(f"{where}: an empty signer list can never be satisfied")
+    out: set[str] = set()
+    for n in names:
+        k = keys.get(n) or next((x for x in keys.values() if x.fingerprint == n), None)
+        if k is None:
+            raise ValueError(f"{where}: unknown key {n!r}")
+        out.add(k.fingerprint)
+    return frozenset(out)
+
+
+def _build(p: _Policy, digest: str, source: str) -> TrustPolicy:
+    keys: dict[str, TrustedKey] = {}
+    for k in p.keys:
+        pub = public_key_from_pem(k.public_key.encode(), source=f"keys[{k.name}].public_key")
+        if pub.fingerprint != k.fingerprint:
+            raise ValueError(f"keys[{k.name}]: fingerprint {k.fingerprint} does not match its "
+                             f"public key ({pub.fingerprint})")
+        if k.name in keys or any(x.fingerprint == pub.fingerprint for x in keys.values()):
+            raise ValueError(f"keys[{k.name}]: duplicate key name or fingerprint")
+        if not k.repos and not k.bundles:
+            raise ValueError(f"keys[{k.name}]: scope it with repos and/or bundles patterns")
+        keys[k.name] = TrustedKey(k.name, pub, tuple(k.repos), tuple(k.bundles))
+    default_age = parse_duration(p.max_age) if p.max_age else None
+    raw_req = p.require if p.require is not None else {k: _Req() for k in DEFAULT_REQUIRE}
+    if not raw_req:
+        raise ValueError("require: name at least one statement kind (an empty list trusts all)")
+    reqs: list[Requirement] = []
+    for kind, r in sorted(raw_req.items()):
+        if kind not in PREDICATE_BY_KIND:
+            raise ValueError(f"require.{kind}: unknown statement kind; known: "
+                             + ", ".join(sorted(PREDICATE_BY_KIND)))
+        signers = _resolve(r.signers, keys, f"require.{kind}.signers")
+        if r.threshold > len(signers):
+            raise ValueError(f"require.{kind}: threshold {r.threshold} exceeds the "
+                             f"{len(signers)} eligible signer(s)")
+        age = parse_duration(r.max_age) if r.max_age else default_age
+        reqs.append(Requirement(kind, PREDICATE_BY_KIND[kind], r.threshold, signers, age))
+    return TrustPolicy(tuple(keys.values()), _resolve(p.model_signers, keys, "model_signers"),
+                       tuple(reqs), digest, source)
+
+
+def parse_policy(data: bytes, *, source: str = "<policy>") -> TrustPolicy:
+    """Validate policy bytes (YAML or JSON)."""
+    try:
+        doc: Any = yaml.safe_load(data) if data.strip() else None
+    except yaml.YAMLError as err:
+        raise SpecError(f"not valid YAML: {err}", file=source) from err
+    if not isinstance(doc, dict) or not doc:
+        raise SpecError("empty trust policy: refusing to trust anything", file=source)
+    try:
+        return _build(_Policy.model_validate(doc), sha256_bytes(data), source)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise SpecError(first["msg"], file=source, field=loc) from err
+    except ValueError as err:
+        raise SpecError(str(err), file=source) from err
+    except SpecbundleError as err:
+        raise SpecError(err.message, file=source) from err
+
+
+def load_policy(path: Path) -> TrustPolicy:
+    """Read and validate ``trust.yaml``; unreadable is an error, never an empty policy."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise SpecError(f"cannot read trust policy: {err.strerror}", file=str(path)) from err
+    return parse_policy(data, source=str(path))
