@@ -1,0 +1,176 @@
+"""Signed checkpoints of the event log: the part of the chain a deleted tail cannot escape.
+
+A checkpoint is an in-toto statement (predicate ``log-checkpoint/v1``) whose subject is the
+digest of the log entry at ``seq``, signed into a DSSE envelope and appended to
+``audit/checkpoints.jsonl`` in the mirror; a ``checkpoint`` event then records it in the log
+itself. Verification trusts only checkpoints signed by a key of the current trust policy, so
+a forged or revoked checkpoint cannot vouch for a rewritten log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specbundle.attest import (
+    SPECBUNDLE_URI,
+    Envelope,
+    PublicKey,
+    SigningKey,
+    Statement,
+    Subject,
+    check_statement,
+    sign_statement,
+)
+from specbundle.audit.chain import ChainReport, verify_log
+from specbundle.digest import is_sha256, sha256_bytes
+from specbundle.errors import UsageError, VerificationError
+from specbundle.mirror import Mirror, utc_now
+
+__all__ = [
+    "CHECKPOINTS_FILE",
+    "LOG_CHECKPOINT_V1",
+    "Checkpoint",
+    "LogVerification",
+    "read_checkpoints",
+    "verify_events",
+    "write_checkpoint",
+]
+
+LOG_CHECKPOINT_V1 = f"{SPECBUNDLE_URI}/attestation/log-checkpoint/v1"
+CHECKPOINTS_FILE = "audit/checkpoints.jsonl"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint as read back: what it covers, who signed it, whether that is trusted."""
+
+    line: int
+    seq: int
+    digest: str
+    time: str
+    signers: frozenset[str]
+    problems: tuple[str, ...]
+
+    @property
+    def trusted(self) -> bool:
+        """Signed by at least one trusted key."""
+        return bool(self.signers)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"line": self.line, "seq": self.seq, "digest": self.digest, "time": self.time,
+                "signers": sorted(self.signers), "trusted": self.trusted,
+                "problems": list(self.problems)}
+
+
+@dataclass(frozen=True)
+class LogVerification:
+    """The chain report plus every checkpoint and whether it could be used."""
+
+    chain: ChainReport
+    checkpoints: tuple[Checkpoint, ...]
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Chain intact and every checkpoint trusted and consistent."""
+        return self.chain.ok and not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"ok": self.ok, "chain": self.chain.to_json(),
+                "checkpoints": [c.to_json() for c in self.checkpoints],
+                "problems": list(self.problems)}
+
+
+def _path(mirror: Mirror) -> Path:
+    return mirror.root / CHECKPOINTS_FILE
+
+
+def read_checkpoints(mirror: Mirror, trusted: Iterable[PublicKey]) -> tuple[Checkpoint, ...]:
+    """Every checkpoint in the file, each checked against ``trusted`` keys (never raises)."""
+    keys = list(trusted)
+    try:
+        data = _path(mirror).read_bytes()
+    except FileNotFoundError:
+        return ()
+    out: list[Checkpoint] = []
+    for no, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            checked = check_statement(Envelope.from_json(json.loads(raw)), keys)
+            st = checked.statement
+            pred = st.predicate
+            if st.predicate_type != LOG_CHECKPOINT_V1:
+                raise VerificationError(f"predicate type {st.predicate_type!r}")
+            seq, digest = pred["seq"], st.subjects[0].digest["sha256"]
+            if not isinstance(seq, int) or not is_sha256(digest):
+                raise VerificationError("malformed seq or digest")
+        except (ValueError, KeyError, IndexError, VerificationError) as err:
+            out.append(Checkpoint(no, -1, "", "", frozenset(),
+                                  (f"{CHECKPOINTS_FILE} line {no} is not a checkpoint: {err}",)))
+            continue
+        problems = tuple(f"checkpoint line {no} (seq {seq}): {p}" for p in checked.check.problems)
+        if not checked.signers:
+            problems = (*problems, f"checkpoint line {no} (seq {seq}) is signed by no key of "
+                        "the trust policy (revoked or unknown); not used")
+        out.append(Checkpoint(no, seq, digest, str(pred.get("timeCreated", "")),
+                              checked.signers, problems))
+    return tuple(out)
+
+
+def verify_events(mirror: Mirror, trusted: Sequence[PublicKey]) -> LogVerification:
+    """Verify the event log against itself and against every trusted checkpoint."""
+    cps = read_checkpoints(mirror, trusted)
+    usable: dict[int, str] = {}
+    if trusted:
+        problems = [p for c in cps for p in c.problems]
+    else:  # one clear message instead of one "untrusted" per checkpoint
+        problems = [f"{len(cps)} signed checkpoint(s) could not be verified: no trust policy "
+                    "given (--trust)"] if cps else []
+    for c in cps:
+        if not c.trusted:
+            continue
+        if usable.setdefault(c.seq, c.digest) != c.digest:
+            problems.append(f"two trusted checkpoints disagree about seq {c.seq}")
+    chain = verify_log(mirror.events_path, usable)
+    return LogVerification(chain, cps, tuple(problems))
+
+
+def write_checkpoint(mirror: Mirror, keys: Sequence[SigningKey]) -> Checkpoint:
+    """Sign the current head of the log; refuses to bless a chain that does not verify."""
+    if not keys:
+        raise UsageError("no signing key given", hint="pass --key KEY.pem")
+    with mirror.lock():
+        check = verify_events(mirror, [k.public for k in keys])
+        if not check.chain.ok:
+            raise VerificationError(
+                "refusing to checkpoint a broken event log: "
+                + "; ".join(i.message for i in check.chain.issues))
+        if check.chain.head_seq is None or check.chain.head_digest is None:
+            raise UsageError("the event log is empty; nothing to checkpoint")
+        seq, digest, now = check.chain.head_seq, check.chain.head_digest, utc_now()
+        st = Statement.build(
+            [Subject(f"events.jsonl#{seq}", {"sha256": digest})], LOG_CHECKPOINT_V1,
+            {"seq": seq, "entries": check.chain.entries, "timeCreated": now,
+             "mirror": mirror.root.name})
+        env = sign_statement(st, keys)
+        path = _path(mirror)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, env.to_line() + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        line = path.read_bytes().count(b"\n")
+        mirror.append_event("checkpoint", None, {"seq": seq, "digest": digest,
+                                                 "envelope_sha256": sha256_bytes(env.to_line()),
+                                                 "signers": [k.fingerprint for k in keys]})
+    return Checkpoint(line, seq, digest, now, frozenset(k.fingerprint for k in keys), ())

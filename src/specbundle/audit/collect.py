@@ -1,0 +1,290 @@
+"""Gather and check each kind of evidence about one bundle (the audit stage's legwork).
+
+Every function reads one stage's output from the mirror, verifies what can be verified
+(object digests, OMS signatures, DSSE signatures against the trust policy, report digests
+named by signed statements) and returns typed values with a :class:`Link` status. Nothing
+here trusts a file because it exists: a missing policy leaves signatures ``unverified``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from specbundle.attest import (
+    BENCH_EVIDENCE_V1,
+    KIND_BY_PREDICATE,
+    PAIR_BINDING_V1,
+    SCAN_RESULT,
+    SLSA_VSA_V1,
+    Envelope,
+    check_statement,
+    open_model_sig,
+    read_attestations,
+)
+from specbundle.audit.model import (
+    ArtifactAudit,
+    AttestationAudit,
+    FileAudit,
+    Link,
+    LinkStatus,
+    ScanAudit,
+)
+from specbundle.digest import hash_files, sha256_bytes
+from specbundle.errors import SpecbundleError, VerificationError
+from specbundle.mirror import Mirror
+from specbundle.record import ArtifactRecord, BundleRecord
+from specbundle.scan.findings import ScanReport
+from specbundle.sign import SCAN_REPORT, bundle_manifest, model_sig_rel
+from specbundle.verify.policy import TrustPolicy
+
+__all__ = ["Predicates", "artifact_audit", "attestation_audits", "license_of", "purl", "scan_audit"]
+
+_FRONT_MATTER = re.compile(rb"\A---\s*\n(.*?)\n---\s*(\n|\Z)", re.S)
+
+
+def purl(repo: str, commit: str) -> str:
+    """Package URL of a Hugging Face model at a commit."""
+    return f"pkg:huggingface/{repo}@{commit}"
+
+
+def license_of(mirror: Mirror, art: ArtifactRecord) -> tuple[str | None, str | None]:
+    """License from the model card front matter, else ``config.json``; with where it was."""
+    card = art.file("README.md")
+    if card is not None and mirror.has_object(card.sha256):
+        m = _FRONT_MATTER.match(mirror.object_path(card.sha256).read_bytes())
+        if m:
+            try:
+                meta = yaml.safe_load(m.group(1))
+            except yaml.YAMLError:
+                meta = None
+            if isinstance(meta, dict) and meta.get("license"):
+                return str(meta["license"]), "README.md front matter"
+    cfg = art.file("config.json")
+    if cfg is not None and mirror.has_object(cfg.sha256):
+        try:
+            conf = json.loads(mirror.object_path(cfg.sha256).read_bytes())
+        except ValueError:
+            conf = None
+        if isinstance(conf, dict) and conf.get("license"):
+            return str(conf["license"]), "config.json"
+    return None, None
+
+
+def _files(mirror: Mirror, art: ArtifactRecord, rehash: bool) -> tuple[FileAudit, ...]:
+    present = {f.sha256: mirror.object_path(f.sha256) for f in art.files
+               if mirror.has_object(f.sha256)}
+    actual: dict[str, str] = {}
+    if rehash and present:
+        by_path = hash_files(list(present.values()))
+        actual = {d: by_path[p] for d, p in present.items()}
+    out: list[FileAudit] = []
+    for f in art.files:
+        status: LinkStatus
+        got = actual.get(f.sha256)
+        if f.sha256 not in present:
+            status = "missing"
+        elif not mirror.has_object(f.sha256, f.size) or (rehash and got != f.sha256):
+            status = "failed"
+        else:
+            status = "ok"
+        out.append(FileAudit(f.path, f.size, f.sha256, f.lfs_sha256, status, got))
+    return tuple(out)
+
+
+def _model_sig(
+    mirror: Mirror, rec: BundleRecord, art: ArtifactRecord, root: str, policy: TrustPolicy | None,
+) -> tuple[Link, tuple[str, ...]]:
+    name = f"{art.role} model.sig"
+    data = mirror.read_bundle_file(rec.name, model_sig_rel(art.role))
+    if data is None:
+        return Link(name, "missing", "the artifact was never signed (specbundle sign)"), ()
+    if policy is None:
+        return Link(name, "unverified", "no trust policy given (--trust)"), ()
+    errors: list[str] = []
+    for key in policy.keys:
+        if key.fingerprint not in policy.model_signers:
+            continue
+        try:
+            manifest = open_model_sig(data, key.public)
+        except VerificationError as err:
+            errors.append(f"{key.name}: {err.message}")
+            continue
+        if manifest.root_digest != root:
+            return Link(name, "failed", f"signed root {manifest.root_digest} differs from the "
+                        f"recorded files' root {root}"), (key.fingerprint,)
+        if not key.may_sign(art.repo, rec.name):
+            return Link(name, "failed", f"key {key.name} is not allowed to sign {art.repo}"), (
+                key.fingerprint,)
+        return Link(name, "ok", f"signed by {key.name} ({key.fingerprint[:16]}…)"), (
+            key.fingerprint,)
+    why = "; ".join(errors) or "no model signer in the policy"
+    return Link(name, "failed", f"no trusted key verifies it (revoked or unknown): {why}"), ()
+
+
+def artifact_audit(
+    mirror: Mirror, rec: BundleRecord, art: ArtifactRecord, policy: TrustPolicy | None,
+    *, rehash: bool,
+) -> ArtifactAudit:
+    """Origin, files (re-hashed), license and OMS signature of one artifact."""
+    files = _files(mirror, art, rehash)
+    try:
+        root = bundle_manifest(mirror, art).root_digest
+    except SpecbundleError:
+        root = ""
+    sig, signers = (_model_sig(mirror, rec, art, root, policy) if root else
+                    (Link(f"{art.role} model.sig", "failed", "objects missing"), ()))
+    lic, lic_src = license_of(mirror, art)
+    return ArtifactAudit(
+        role=art.role, repo=art.repo, source=art.source, endpoint=art.endpoint,
+        requested_revision=art.requested_revision, commit=art.commit,
+        commit_kind=art.commit_kind, purl=purl(art.repo, art.commit), license=lic,
+        license_source=lic_src, oms_root=root, files=files,
+        skipped=tuple((s.path, s.reason) for s in art.skipped), model_sig=sig,
+        model_sig_signers=signers,
+    )
+
+
+def _summary(ptype: str, pred: Mapping[str, Any]) -> dict[str, Any]:
+    if ptype == SCAN_RESULT:
+        scan = pred.get("specbundle_scan") or {}
+        return {"result": pred.get("result"), "report_sha256": scan.get("reportSha256")}
+    if ptype == PAIR_BINDING_V1:
+        return dict(pred)
+    if ptype == SLSA_VSA_V1:
+        return {"result": pred.get("verificationResult"), "time": pred.get("timeVerified"),
+                "policy": pred.get("policy"), "verifier": pred.get("verifier"),
+                "resourceUri": pred.get("resourceUri")}
+    if ptype == BENCH_EVIDENCE_V1:
+        return {k: pred[k] for k in ("runId", "reportSha256", "report", "engine") if k in pred}
+    return {}
+
+
+def _scope_problem(policy: TrustPolicy, signers: frozenset[str], rec: BundleRecord) -> str | None:
+    repos = [a.repo for a in rec.artifacts]
+    for fp in sorted(signers):
+        key = policy.key(fp)
+        if key is not None and not any(key.may_sign(r, rec.name) for r in repos):
+            return f"key {key.name} is not scoped to bundle {rec.name} or its repos"
+    return None
+
+
+def _subjects_match(ptype: str, subjects: set[str], roots: Mapping[str, str]) -> str | None:
+    if ptype in (BENCH_EVIDENCE_V1,) or not roots:
+        return None
+    if not subjects & set(roots.values()):
+        return "its subjects name none of this bundle's OMS root digests"
+    if ptype == PAIR_BINDING_V1 and not set(roots.values()) <= subjects:
+        return "the pair binding does not name both current roots (draft swapped?)"
+    return None
+
+
+Predicates = tuple[tuple[str, Any], ...]
+
+
+def _inputs_problem(mirror: Mirror, rec: BundleRecord, pred: Mapping[str, Any],
+                    lines: Sequence[Envelope]) -> str | None:
+    """Each VSA input (attestation line or bench report) must still hash to what was signed."""
+    for item in pred.get("inputAttestations") or ():
+        uri = str(item.get("uri", ""))
+        want = (item.get("digest") or {}).get("sha256")
+        prefix = f"specbundle:bundle/{rec.name}/"
+        if not uri.startswith(prefix) or not want:
+            continue
+        rel = uri[len(prefix):]
+        path, _, frag = rel.partition("#")
+        if path == "attestations.jsonl" and frag.isdigit():
+            no = int(frag)
+            got = sha256_bytes(lines[no - 1].to_line()) if 0 < no <= len(lines) else None
+        else:
+            data = mirror.read_bundle_file(rec.name, path)
+            got = sha256_bytes(data) if data is not None else None
+        if got != want:
+            return f"input {rel} {'is missing' if got is None else 'changed since it was signed'}"
+    return None
+
+
+def attestation_audits(
+    mirror: Mirror, rec: BundleRecord, roots: Mapping[str, str], policy: TrustPolicy | None,
+) -> tuple[tuple[AttestationAudit, ...], Predicates, tuple[Link, ...]]:
+    """Every line of ``attestations.jsonl`` verified, the raw predicates, and log problems."""
+    problems: list[str] = []
+    envelopes: Sequence[Envelope] = read_attestations(mirror, rec.name, problems=problems)
+    keys = policy.public_keys if policy else ()
+    out: list[AttestationAudit] = []
+    raw: list[tuple[str, Any]] = []
+    for no, env in enumerate(envelopes, start=1):
+        hints = tuple(s.keyid or "-" for s in env.signatures)
+        try:
+            checked = check_statement(env, keys)
+        except VerificationError as err:
+            out.append(AttestationAudit(no, "?", env.payload_type, None, (), (), hints,
+                                        Link(f"attestation #{no}", "failed", err.message)))
+            raw.append(("", {}))
+            continue
+        st = checked.statement
+        kind = KIND_BY_PREDICATE.get(st.predicate_type, st.predicate_type)
+        time = st.time.isoformat().replace("+00:00", "Z") if st.time else None
+        signers = checked.signers
+        names = tuple(k.name for fp in sorted(signers) if policy and (k := policy.key(fp)))
+        unknown = tuple(s.keyid or "-" for s in env.signatures
+                        if (s.keyid or "") not in signers)
+        subjects = {d for s in st.subjects for d in s.digest.values()}
+        status: LinkStatus
+        if policy is None:
+            status, detail = "unverified", "no trust policy given (--trust)"
+        elif not signers:
+            status, detail = "failed", ("no signature verifies under the current policy "
+                                        "(key revoked or unknown): " + "; ".join(
+                                            checked.check.problems))
+        elif problem := (_scope_problem(policy, signers, rec)
+                         or _subjects_match(st.predicate_type, subjects, roots)
+                         or (_inputs_problem(mirror, rec, st.predicate, envelopes)
+                             if st.predicate_type == SLSA_VSA_V1 else None)):
+            status, detail = "failed", problem
+        else:
+            status, detail = "ok", "signed by " + ", ".join(names)
+        out.append(AttestationAudit(no, kind, st.predicate_type, time, tuple(sorted(signers)),
+                                    names, unknown, Link(f"{kind} #{no}", status, detail),
+                                    _summary(st.predicate_type, st.predicate)))
+        raw.append((st.predicate_type, dict(st.predicate)))
+    return tuple(out), tuple(raw), tuple(Link("attestation log", "failed", p) for p in problems)
+
+
+def scan_audit(
+    mirror: Mirror, rec: BundleRecord, attestations: Sequence[AttestationAudit],
+) -> ScanAudit:
+    """The scan report, and whether a verified scan attestation names its exact digest."""
+    raw = mirror.read_bundle_file(rec.name, SCAN_REPORT)
+    if raw is None:
+        return ScanAudit(False, None, None, {}, (), (), "", "",
+                         Link("scan report", "missing", "the bundle was never scanned"))
+    digest = sha256_bytes(raw)
+    try:
+        report = ScanReport.from_bytes(raw)
+    except SpecbundleError as err:
+        return ScanAudit(True, digest, None, {}, (), (), "", "",
+                         Link("scan report", "failed", err.message))
+    scanners = tuple({"tool": s.tool, "version": s.version, "status": s.status}
+                     for s in report.second_opinions)
+    scanners = ({"tool": "specbundle", "version": report.tool_version, "status": "ran"},
+                *scanners)
+    named = [a for a in attestations if a.predicate_type == SCAN_RESULT
+             and a.summary.get("report_sha256") == digest]
+    if not named:
+        link = Link("scan report", "failed" if any(
+            a.predicate_type == SCAN_RESULT for a in attestations) else "missing",
+            f"no scan attestation names this report's digest {digest}")
+    elif any(a.link.status == "ok" for a in named):
+        link = Link("scan report", "ok", f"digest {digest[:16]}… named by a verified attestation")
+    else:
+        link = Link("scan report", named[0].link.status, named[0].link.detail)
+    if report.blocked and link.status == "ok":
+        link = Link("scan report", "failed", "the scan report blocks this bundle")
+    return ScanAudit(True, digest, report.blocked, report.counts(),
+                     tuple(f.to_json() for f in report.findings), scanners,
+                     report.tool_version, report.scanned_at, link)

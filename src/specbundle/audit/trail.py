@@ -1,0 +1,121 @@
+"""The audit facade: resolve what was asked about, check every link, return one report."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from specbundle.attest import PAIR_BINDING_V1
+from specbundle.audit.chain import read_events_lenient
+from specbundle.audit.checkpoint import verify_events
+from specbundle.audit.collect import artifact_audit, attestation_audits, scan_audit
+from specbundle.audit.evidence import admissions, bench_audits, image_audits, render_audits
+from specbundle.audit.model import ArtifactAudit, AuditReport, BundleAudit, Link
+from specbundle.errors import BundleNotFound
+from specbundle.mirror import Mirror, utc_now
+from specbundle.record import BundleRecord
+from specbundle.verify.policy import TrustPolicy
+
+__all__ = ["audit", "audit_bundle", "resolve_subject"]
+
+_HEX = re.compile(r"^[0-9a-f]{7,64}$")
+
+
+def _matches(rec: BundleRecord, subject: str) -> bool:
+    repo, _, commit = subject.partition("@")
+    for art in rec.artifacts:
+        if art.repo == repo and (not commit or art.commit.startswith(commit)):
+            return True
+        if _HEX.match(subject) and (art.commit.startswith(subject) or any(
+                f.sha256 == subject for f in art.files)):
+            return True
+    return False
+
+
+def resolve_subject(mirror: Mirror, subject: str) -> tuple[str, ...]:
+    """Bundle names for a bundle name, ``org/name[@commit]``, commit or file digest."""
+    names = mirror.bundle_names()
+    if subject in names:
+        return (subject,)
+    found = tuple(n for n in names if _matches(mirror.load_bundle(n), subject))
+    if not found:
+        raise BundleNotFound(
+            f"nothing in mirror {mirror.root} matches {subject!r}",
+            hint="give a bundle name, a repo id (org/name[@commit]), a commit or a file sha256",
+        )
+    return found
+
+
+def _artifact_links(art: ArtifactAudit) -> list[Link]:
+    bad = [f for f in art.files if f.status != "ok"]
+    files = (Link(f"{art.role} files", "ok", f"{len(art.files)} files verified")
+             if not bad else Link(f"{art.role} files", "failed" if any(
+                 f.status == "failed" for f in bad) else "missing",
+                 "; ".join(f"{f.path}: {f.status}" for f in bad)))
+    return [files, art.model_sig]
+
+
+def _required(rec: BundleRecord, kinds: set[str]) -> list[Link]:
+    need = ["fetch-provenance", "scan-result"] + (["pair-binding"] if rec.draft else [])
+    return [Link(k, "missing", f"no {k} attestation for this bundle")
+            for k in need if k not in kinds]
+
+
+def audit_bundle(
+    mirror: Mirror, name: str, policy: TrustPolicy | None, *, rehash: bool = True,
+    events: Sequence[dict[str, Any]] = (),
+) -> BundleAudit:
+    """Check every link of one bundle's chain of custody."""
+    rec = mirror.load_bundle(name)
+    arts = tuple(artifact_audit(mirror, rec, a, policy, rehash=rehash) for a in rec.artifacts)
+    roots = {a.role: a.oms_root for a in arts if a.oms_root}
+    atts, preds, log_problems = attestation_audits(mirror, rec, roots, policy)
+    scan = scan_audit(mirror, rec, atts)
+    bench = bench_audits(mirror, rec, atts, preds)
+    images = image_audits(mirror, rec, rehash=rehash)
+    renders, alias_links = render_audits(mirror, rec)
+    mine = tuple({"seq": e.get("seq"), "time": e.get("time"), "type": e.get("type"),
+                  "data": e.get("data")} for e in events if e.get("bundle") == name)
+    links = [Link("bundle record", "ok", f"created {rec.created}")]
+    for a in arts:
+        links += _artifact_links(a)
+    links += [a.link for a in atts] + list(log_problems)
+    links += _required(rec, {a.kind for a in atts if a.link.status != "failed"})
+    links.append(scan.link)
+    links += [b.link for b in bench] + [i.link for i in images] + alias_links
+    if not any(e["type"] in ("pull", "import") for e in mine):
+        links.append(Link("pull/import event", "missing",
+                          "the event log records no pull or import of this bundle"))
+    bindings = tuple({**a.summary, "line": a.line, "status": a.link.status}
+                     for a in atts if a.predicate_type == PAIR_BINDING_V1)
+    return BundleAudit(
+        name=rec.name, method=str(rec.spec.get("speculative", {}).get("method", "")),
+        created=rec.created, tool_version=rec.tool_version, artifacts=arts, scan=scan,
+        attestations=atts, pair_bindings=bindings, bench_runs=bench,
+        admissions=admissions(atts), renders=renders, images=images,
+        events=mine, links=tuple(links),
+    )
+
+
+def audit(
+    mirror: Mirror, subject: str, *, policy: TrustPolicy | None = None, rehash: bool = True,
+    now: datetime | None = None,
+) -> AuditReport:
+    """Answer "where did this come from and who let it in?" for a bundle, repo or digest.
+
+    Verifies the event log (and its signed checkpoints), then each matching bundle's links.
+    ``policy`` is the current trust policy; without one, signatures stay ``unverified`` and
+    the report counts as broken (fail closed).
+    """
+    names = resolve_subject(mirror, subject)
+    keys = policy.public_keys if policy else ()
+    log = verify_events(mirror, keys)
+    events = read_events_lenient(mirror.events_path)
+    bundles = tuple(audit_bundle(mirror, n, policy, rehash=rehash, events=events)
+                    for n in names)
+    generated = (now.isoformat().replace("+00:00", "Z") if now else utc_now())
+    return AuditReport(subject, str(mirror.root), policy.source if policy else None,
+                       policy.digest if policy else None, generated, bundles, log)
+

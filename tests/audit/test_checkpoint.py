@@ -1,0 +1,79 @@
+"""Signed checkpoints: they protect the tail, and only trusted ones count."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specbundle.attest import generate_key
+from specbundle.audit import read_checkpoints, verify_events, write_checkpoint
+from specbundle.errors import UsageError, VerificationError
+from specbundle.mirror import Mirror
+
+
+@pytest.fixture
+def mirror(tmp_path: Path) -> Mirror:
+    m = Mirror.open(tmp_path / "m", create=True)
+    with m.lock():
+        for i in range(4):
+            m.append_event("pull", f"b{i}", {"n": i})
+    return m
+
+
+def _edit_last_real_entry(m: Mirror, seq: int) -> None:
+    lines = m.events_path.read_bytes().splitlines(keepends=True)
+    ev = json.loads(lines[seq])
+    ev["data"] = {"n": 99}
+    lines[seq] = json.dumps(ev, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+    m.events_path.write_bytes(b"".join(lines))
+
+
+def test_checkpoint_covers_the_tail_and_forged_ones_do_not_count(mirror: Mirror) -> None:
+    key, attacker = generate_key("ecdsa-p256"), generate_key("ed25519")
+    cp = write_checkpoint(mirror, [key])
+    assert (cp.seq, cp.signers) == (3, frozenset({key.fingerprint}))
+    assert mirror.read_events()[-1]["type"] == "checkpoint"
+    assert verify_events(mirror, [key.public]).ok
+    _edit_last_real_entry(mirror, 3)  # seq 3's successor is the checkpoint event: caught anyway
+    with pytest.raises(VerificationError, match="refusing to checkpoint a broken event log"):
+        write_checkpoint(mirror, [attacker])  # the attacker cannot bless the edit either...
+    lines = mirror.events_path.read_bytes().splitlines(keepends=True)
+    mirror.events_path.write_bytes(b"".join(lines[:-1]))  # ...so drop the checkpoint event
+    with mirror.lock():
+        mirror.append_event("gc", None, {})
+    forged = write_checkpoint(mirror, [attacker])  # chain now "intact" for the attacker
+    res = verify_events(mirror, [key.public])
+    assert not res.ok
+    assert [(i.kind, i.seq) for i in res.chain.issues] == [("edited", 3)]
+    assert any(f"line {forged.line}" in p and "not used" in p for p in res.problems)
+    cps = read_checkpoints(mirror, [key.public])
+    assert [c.trusted for c in cps] == [True, False]
+
+
+def test_without_policy_checkpoints_are_reported_unverified(mirror: Mirror) -> None:
+    assert verify_events(mirror, []).ok  # no checkpoints: the chain alone is intact
+    write_checkpoint(mirror, [generate_key("ecdsa-p256")])
+    res = verify_events(mirror, [])
+    assert not res.ok
+    assert res.problems == ("1 signed checkpoint(s) could not be verified: no trust policy "
+                            "given (--trust)",)
+
+
+def test_checkpoint_needs_a_key_and_entries(tmp_path: Path) -> None:
+    m = Mirror.open(tmp_path / "empty", create=True)
+    with pytest.raises(UsageError, match="empty"):
+        write_checkpoint(m, [generate_key("ecdsa-p256")])
+    with pytest.raises(UsageError, match="no signing key"):
+        write_checkpoint(m, [])
+
+
+def test_garbage_in_checkpoint_file_is_a_problem(mirror: Mirror) -> None:
+    key = generate_key("ecdsa-p256")
+    write_checkpoint(mirror, [key])
+    path = mirror.root / "audit" / "checkpoints.jsonl"
+    path.write_bytes(path.read_bytes() + b"{not json\n")
+    res = verify_events(mirror, [key.public])
+    assert res.chain.ok
+    assert any("line 2 is not a checkpoint" in p for p in res.problems)
