@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.audit.builders import bundle_spec, small_pair
 
 from specbundle.attest import SigningKey, generate_key
 from specbundle.audit import write_checkpoint
@@ -20,6 +19,7 @@ from specbundle.render import render_bundle
 from specbundle.scan import scan_bundle
 from specbundle.sign import sign_bundle
 from specbundle.verify import TrustPolicy, parse_policy
+from tests.audit.builders import bundle_spec, small_pair
 
 
 def policy_for(keys: dict[str, SigningKey], *, scope: str = "*") -> TrustPolicy:

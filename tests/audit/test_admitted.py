@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.admit.conftest import Signed, signed_bundle
 
 from specbundle.admit import Rejected, admit_bundle
 from specbundle.audit import audit
 from specbundle.audit.bom import bundle_bom
 from specbundle.bench import BenchOptions
 from specbundle.synth import make_pair
+from tests.admit.conftest import Signed, signed_bundle
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.integration]
 

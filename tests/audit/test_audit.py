@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.audit.conftest import Chain, build_chain, policy_for
-
 from specbundle.attest import read_attestations
 from specbundle.audit import audit, resolve_subject
 from specbundle.audit.model import BundleAudit
 from specbundle.mirror import Mirror
 from specbundle.scan.findings import ScanReport
 from specbundle.transfer import export_bundle, import_bundle
+from tests.audit.conftest import Chain, build_chain, policy_for
 
 
 def _links(b: BundleAudit) -> dict[str, tuple[str, str]]:

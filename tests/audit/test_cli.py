@@ -9,10 +9,10 @@ import pytest
 import yaml
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
-from tests.audit.conftest import Chain
-from tests.clihelp import run_cli
 
 from specbundle.attest import write_private_key
+from tests.audit.conftest import Chain
+from tests.clihelp import run_cli
 
 
 def _trust(chain: Chain, tmp_path: Path, *, revoke: bool = False) -> str:

@@ -9,13 +9,13 @@ from dataclasses import replace
 import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
-from tests.audit.conftest import Chain, policy_for
 
 from specbundle.audit import audit
 from specbundle.audit.bom import bundle_bom, validate_bom
 from specbundle.audit.html import render_html
 from specbundle.audit.model import BenchAudit, Link
 from specbundle.errors import SpecbundleError
+from tests.audit.conftest import Chain, policy_for
 
 
 def test_ml_bom_validates_and_carries_the_pair(chain: Chain) -> None:

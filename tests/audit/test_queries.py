@@ -5,8 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from tests.audit.builders import bundle_spec, small_pair
-from tests.audit.conftest import Chain, policy_for
 
 from specbundle.attest import (
     SLSA_VSA_V1,
@@ -27,6 +25,8 @@ from specbundle.audit.queries import (
 from specbundle.errors import UsageError
 from specbundle.pull import pull_bundle
 from specbundle.sign import bundle_manifest
+from tests.audit.builders import bundle_spec, small_pair
+from tests.audit.conftest import Chain, policy_for
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
-from tests._engine import find_llama_server
 
 from specbundle.errors import EnvironmentProblem
 from specbundle.images import connect
+from tests._engine import find_llama_server
 
 _LDD_RE = re.compile(r"(/\S+)")
 

@@ -14,11 +14,6 @@ import docker
 import docker.errors
 import httpx
 import pytest
-from tests._engine import free_port
-from tests.audit.builders import pulled_bundle
-from tests.audit.conftest import Chain, build_chain, policy_for
-from tests.clihelp import run_cli
-from tests.images.conftest import ImageFactory
 
 from specbundle.digest import hash_file
 from specbundle.errors import UsageError, VerificationError
@@ -38,6 +33,11 @@ from specbundle.images import (
 from specbundle.mirror import Mirror
 from specbundle.render import build_serve_command
 from specbundle.transfer import export_bundle, import_bundle
+from tests._engine import free_port
+from tests.audit.builders import pulled_bundle
+from tests.audit.conftest import Chain, build_chain, policy_for
+from tests.clihelp import run_cli
+from tests.images.conftest import ImageFactory
 
 pytestmark = pytest.mark.docker
 
