@@ -1,0 +1,81 @@
+"""The plug-in point of the scan stage: a :class:`Check` reads a :class:`CheckContext`.
+
+Every check family (file types, safetensors, GGUF, pickles, remote code, chat templates,
+second opinions, draft/target compatibility) is one sibling module implementing :class:`Check`;
+the explicit list lives in :mod:`specbundle.scan.runner`. A check never raises for bad
+*input* (a malformed file is a finding); if it raises anyway the runner records a crash and
+the scan fails closed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from specbundle.scan.findings import CheckOutcome, Severity
+from specbundle.scan.inventory import ArtifactTree
+from specbundle.scan.sniff import FileKind, sniff
+from specbundle.spec import SpecMethod
+
+__all__ = ["Check", "CheckContext", "ScanOptions"]
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """Knobs of one scan; the defaults are the fail-closed policy."""
+
+    fail_on: Severity = Severity.HIGH
+    second_opinions: bool = True
+    second_opinion_timeout_s: float = 120.0
+    max_safetensors_header: int = 100_000_000
+    max_pickle_bytes: int = 256 * 1024 * 1024
+    max_template_bytes: int = 1_000_000
+    progress: Callable[[str], None] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """Everything a check may read: the artifact trees, the method, the options.
+
+    ``memo`` lets one check reuse what another parsed (a GGUF header is read once per scan);
+    it is a cache of pure functions of file bytes, never a channel for results.
+    """
+
+    trees: tuple[ArtifactTree, ...]
+    method: SpecMethod | None = None
+    options: ScanOptions = ScanOptions()
+    memo: dict[tuple[str, Path], Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def tree(self, role: str) -> ArtifactTree | None:
+        """The tree for a role (``target``, ``draft`` or ``tree``), if scanned."""
+        return next((t for t in self.trees if t.role == role), None)
+
+    def cached(self, kind: str, path: Path, compute: Callable[[Path], Any]) -> Any:
+        """``compute(path)`` once per scan for a given kind of parse."""
+        key = (kind, path)
+        if key not in self.memo:
+            self.memo[key] = compute(path)
+        return self.memo[key]
+
+    def kind(self, path: Path) -> FileKind:
+        """The sniffed kind of a file, once per scan."""
+        kind: FileKind = self.cached("sniff", path, sniff)
+        return kind
+
+
+class Check(ABC):
+    """One family of checks.
+
+    Implementers set ``family`` and ``rules`` (check id -> one-line description, used for
+    SARIF ``tool.driver.rules``) and return every finding with an id from ``rules``.
+    """
+
+    family: ClassVar[str]
+    rules: ClassVar[Mapping[str, str]]
+
+    @abstractmethod
+    def run(self, ctx: CheckContext) -> CheckOutcome:
+        """Inspect the trees and report; never unpickle, execute or render anything."""

@@ -1,0 +1,111 @@
+"""The file inventory of one artifact tree, walked without following links out of it.
+
+A mirrored snapshot is a tree of symlinks into the content store (Hugging Face cache layout),
+so a symlink is acceptable only when it resolves inside the tree or inside the roots the caller
+allows (the mirror's ``objects/``). Links that escape, hard links shared with files outside the
+tree and special files are recorded as findings here and never handed to the format checks.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from specbundle.record import SkippedFile
+from specbundle.scan.findings import Finding, Severity, finding
+
+__all__ = ["ArtifactTree", "TreeFile", "walk_tree"]
+
+
+@dataclass(frozen=True)
+class TreeFile:
+    """A regular file in the tree: its relative name and the real path to read."""
+
+    rel: str
+    path: Path
+    size: int
+
+
+@dataclass(frozen=True)
+class ArtifactTree:
+    """One artifact (target, draft, or a plain directory) as the checks see it."""
+
+    role: str
+    root: Path
+    files: tuple[TreeFile, ...]
+    problems: tuple[Finding, ...] = ()
+    skipped: tuple[SkippedFile, ...] = ()
+    allow_pickle: bool = False
+    allow_remote_code: bool = False
+    repo: str | None = None
+    gguf_file: str | None = None
+
+    def file(self, rel: str) -> TreeFile | None:
+        """The file at a relative path, if present."""
+        return next((f for f in self.files if f.rel == rel), None)
+
+    def matching(self, suffix: str) -> tuple[TreeFile, ...]:
+        """Files whose name ends with ``suffix``."""
+        return tuple(f for f in self.files if f.rel.endswith(suffix))
+
+
+def _inside(path: Path, roots: tuple[Path, ...]) -> bool:
+    return any(path == r or path.is_relative_to(r) for r in roots)
+
+
+def walk_tree(root: Path, role: str, *, allowed_roots: tuple[Path, ...] = ()) -> ArtifactTree:
+    """Inventory ``root`` (policy fields at their fail-closed defaults; use ``replace``)."""
+    root = root.resolve()
+    roots = (root, *(r.resolve() for r in allowed_roots))
+    files: list[TreeFile] = []
+    problems: list[Finding] = []
+    inodes: Counter[tuple[int, int]] = Counter()
+    links: dict[tuple[int, int], tuple[int, str]] = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        base = Path(dirpath)
+        for name in sorted(dirnames):
+            if (base / name).is_symlink():
+                rel = (base / name).relative_to(root).as_posix()
+                problems.append(finding(
+                    "files.symlink-escape", Severity.CRITICAL,
+                    "symlinked directory (not followed)", rel,
+                    target=str((base / name).readlink())))
+        for name in sorted(filenames):
+            p = base / name
+            rel = p.relative_to(root).as_posix()
+            st = p.lstat()
+            via_link = stat.S_ISLNK(st.st_mode)
+            if via_link:
+                real = Path(os.path.realpath(p))
+                if not _inside(real, roots) or not real.is_file():
+                    problems.append(finding(
+                        "files.symlink-escape", Severity.CRITICAL,
+                        "symlink points outside the artifact tree", rel, target=str(p.readlink())))
+                    continue
+                p, st = real, real.stat()
+            elif not stat.S_ISREG(st.st_mode):
+                problems.append(finding("files.special", Severity.HIGH,
+                                        "device, FIFO or socket in the tree", rel,
+                                        mode=oct(st.st_mode)))
+                continue
+            if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                problems.append(finding("files.special", Severity.HIGH,
+                                        "setuid/setgid bit set", rel, mode=oct(st.st_mode)))
+            # A link into the content store reaches an immutable object shared by design, so
+            # only files stored in the tree itself are checked for foreign hard links.
+            if st.st_nlink > 1 and not via_link:
+                key = (st.st_dev, st.st_ino)
+                inodes[key] += 1
+                links[key] = (st.st_nlink, rel)
+            files.append(TreeFile(rel, p, st.st_size))
+    for key, (nlink, rel) in sorted(links.items(), key=lambda kv: kv[1][1]):
+        if nlink > inodes[key]:
+            problems.append(finding(
+                "files.hard-link", Severity.HIGH,
+                "hard link shared with a file outside the tree", rel,
+                links=nlink, inside=inodes[key]))
+    return ArtifactTree(role=role, root=root, files=tuple(sorted(files, key=lambda f: f.rel)),
+                        problems=tuple(p.with_role(role) for p in problems))

@@ -1,0 +1,258 @@
+"""Pickle-bearing files: torch zip checkpoints, legacy torch files, raw pickles, object .npy.
+
+Whatever the name, a file whose bytes are a pickle (or a torch zip) is walked opcode by opcode
+with :mod:`specbundle.scan.pickle_walker` against an explicit allow-list; nothing is ever
+unpickled. Policy on top: pickles are blocked unless the spec allows them, and never admitted
+next to safetensors of the same weights (pull does not mirror them then).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import struct
+import tokenize
+import zipfile
+import zlib
+from collections.abc import Iterator
+from pathlib import PurePosixPath
+from typing import ClassVar
+
+import numpy as np
+from numpy.lib import format as npformat
+
+from specbundle.scan.findings import CheckOutcome, Finding, Severity, finding
+from specbundle.scan.interface import Check, CheckContext
+from specbundle.scan.inventory import ArtifactTree, TreeFile
+from specbundle.scan.pickle_walker import (
+    NUMPY_ALLOWED,
+    STORAGE_TYPES,
+    TORCH_ALLOWED,
+    PickleWalk,
+    walk_pickle,
+)
+from specbundle.scan.sniff import FileKind
+
+__all__ = ["PickleCheck"]
+
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+_LEGACY_PICKLES = 4  # protocol version, sys info, the object, storage keys
+_ZIP_META = re.compile(r"^(version|byteorder|\.data/version|\.data/serialization_id|"
+                       r"\.format_version|\.storage_alignment)$")
+_ZIP_STORAGE = re.compile(r"^data/([A-Za-z0-9_]+)$")
+_MAX_STACKED = 8
+# What zipfile raises on hostile archives (CRC, header/name mismatch, unsupported versions).
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError,
+               OSError, ValueError, EOFError, zlib.error, struct.error)
+# What numpy's header parser raises on a hostile .npy header (it tokenizes a dict literal).
+_NPY_ERRORS = (ValueError, TypeError, SyntaxError, tokenize.TokenError, EOFError,
+               OverflowError, MemoryError, struct.error)
+
+
+def _walk_findings(rel: str, walk: PickleWalk, where: str = "") -> Iterator[Finding]:
+    for p in walk.problems:
+        yield finding(p.check_id, Severity.CRITICAL, p.message + where, rel, pos=p.pos)
+
+
+def _storage_key(pid: tuple[object, ...], legacy: bool) -> str | None:
+    """The storage key of a torch persistent id, or None if the id is not of that shape."""
+    ok_len = (5, 6) if legacy else (5,)
+    if (len(pid) in ok_len and pid[0] == "storage" and isinstance(pid[2], str)
+            and isinstance(pid[3], str) and isinstance(pid[4], int)
+            and getattr(pid[1], "name", None) in STORAGE_TYPES):
+        return pid[2]
+    return None
+
+
+class PickleCheck(Check):
+    """Allow-list walk of every pickle stream; policy on pickles in the tree."""
+
+    family = "pickle"
+    rules: ClassVar[dict[str, str]] = {
+        "pickle.global-not-allowed": "A global outside the PyTorch checkpoint allow-list",
+        "pickle.unresolved-global": "STACK_GLOBAL operands the walker cannot resolve",
+        "pickle.unresolved-call": "A call whose callable is not a resolved global",
+        "pickle.opcode-not-allowed": "An opcode checkpoints never use (EXT*, buffers)",
+        "pickle.unknown-opcode": "An opcode the walker does not know",
+        "pickle.malformed": "Broken or truncated pickle stream",
+        "pickle.budget": "Pickle larger than the scan budget",
+        "pickle.trailing-data": "Bytes after the pickle's STOP (stacked pickles)",
+        "pickle.persistent-id": "Persistent id that is not a torch storage reference",
+        "pickle.zip-malformed": "Unreadable, prefixed, encrypted or duplicated zip checkpoint",
+        "pickle.zip-member": "Zip member that is not part of a torch state dict",
+        "pickle.zip-storage": "Storage referenced but missing, or stored but unreferenced",
+        "pickle.npy-object": "numpy array with object dtype (needs unpickling to load)",
+        "pickle.not-allowed": "Pickle file while the spec does not allow pickles",
+        "pickle.redundant": "Pickle weights next to safetensors (must not be mirrored)",
+        "pickle.allowed": "Pickle passed the allow-list and the spec allows it (recorded)",
+    }
+
+    def run(self, ctx: CheckContext) -> CheckOutcome:
+        """Walk every pickle-bearing file of every tree."""
+        out: list[Finding] = []
+        for tree in ctx.trees:
+            for f in tree.files:
+                out.extend(x.with_role(tree.role) for x in self._file(ctx, tree, f))
+        return CheckOutcome.of(out)
+
+    def _file(self, ctx: CheckContext, tree: ArtifactTree, f: TreeFile) -> Iterator[Finding]:
+        kind = ctx.kind(f.path)
+        suffix = PurePosixPath(f.rel).suffix
+        budget = ctx.options.max_pickle_bytes
+        if kind is FileKind.PICKLE:
+            found = list(self._raw(f, budget))
+        elif kind is FileKind.ZIP and suffix in (".bin", ".pt", ".pth", ".ckpt"):
+            found = list(self._zip(f, budget))
+        elif kind is FileKind.NUMPY:
+            found = list(self._npy(f, budget))
+            if not found:
+                return
+        else:
+            return
+        yield from found
+        if not tree.allow_pickle:
+            yield finding("pickle.not-allowed", Severity.HIGH,
+                          "pickle-bearing file; the spec does not allow pickles", f.rel)
+        elif any(t.rel.endswith(".safetensors") for t in tree.files):
+            yield finding("pickle.redundant", Severity.HIGH,
+                          "pickle next to safetensors weights; it must not be mirrored", f.rel)
+        elif not found:
+            yield finding("pickle.allowed", Severity.INFO,
+                          "pickle passed the allow-list walk (allowed by the spec)", f.rel)
+
+    def _raw(self, f: TreeFile, budget: int) -> Iterator[Finding]:
+        with f.path.open("rb") as fh:
+            first = walk_pickle(fh, TORCH_ALLOWED, max_bytes=budget)
+            yield from _walk_findings(f.rel, first)
+            if not first.complete:
+                return
+            if first.root == _LEGACY_MAGIC:
+                yield from self._legacy(f, fh, budget)
+                return
+            if fh.read(1):
+                yield finding("pickle.trailing-data", Severity.HIGH,
+                              "bytes after the pickle's STOP", f.rel, end=first.end)
+                fh.seek(first.end)
+                yield from self._stacked(f, fh, budget)
+            for pid in first.persistent_ids:
+                yield finding("pickle.persistent-id", Severity.HIGH,
+                              "persistent id in a plain pickle", f.rel, pid=repr(pid)[:200])
+
+    def _stacked(self, f: TreeFile, fh: io.BufferedReader, budget: int) -> Iterator[Finding]:
+        """Walk pickles stacked after the first, for evidence (they block anyway)."""
+        for i in range(_MAX_STACKED):
+            start = fh.tell()
+            if fh.read(1)[:1] != b"\x80":
+                return
+            fh.seek(start)
+            walk = walk_pickle(fh, TORCH_ALLOWED, max_bytes=budget)
+            yield from _walk_findings(f.rel, walk, f" (stacked pickle {i + 2})")
+            if not walk.complete:
+                return
+            fh.seek(start + walk.end)
+
+    def _legacy(self, f: TreeFile, fh: io.BufferedReader, budget: int) -> Iterator[Finding]:
+        """Legacy torch.save: magic, protocol, sys info, object, storage keys, raw data."""
+        start = fh.tell()
+        for i in range(_LEGACY_PICKLES):
+            fh.seek(start)
+            walk = walk_pickle(fh, TORCH_ALLOWED, max_bytes=budget)
+            yield from _walk_findings(f.rel, walk, f" (legacy pickle {i + 2})")
+            if not walk.complete:
+                return
+            for pid in walk.persistent_ids:
+                if _storage_key(pid, legacy=True) is None:
+                    yield finding("pickle.persistent-id", Severity.CRITICAL,
+                                  "persistent id is not a torch storage", f.rel,
+                                  pid=repr(pid)[:200])
+            start += walk.end
+
+    def _zip(self, f: TreeFile, budget: int) -> Iterator[Finding]:
+        try:
+            zf = zipfile.ZipFile(f.path)
+        except _ZIP_ERRORS as err:
+            yield finding("pickle.zip-malformed", Severity.CRITICAL, f"unreadable zip: {err}",
+                          f.rel)
+            return
+        with zf:
+            infos = zf.infolist()
+            names = [i.filename for i in infos]
+            problem = self._zip_structure(infos, names)
+            if problem:
+                yield finding("pickle.zip-malformed", Severity.CRITICAL, problem, f.rel)
+                return
+            pkl = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
+            if len(pkl) != 1:
+                yield finding("pickle.zip-member", Severity.HIGH,
+                              "zip is not a torch checkpoint (one <dir>/data.pkl)", f.rel)
+                return
+            prefix = pkl[0].rsplit("/", 1)[0] + "/"
+            stored: set[str] = set()
+            for n in names:
+                rel = n[len(prefix):] if n.startswith(prefix) else None
+                m = _ZIP_STORAGE.match(rel) if rel is not None else None
+                if m:
+                    stored.add(m.group(1))
+                elif rel != "data.pkl" and not (rel is not None and _ZIP_META.match(rel)):
+                    yield finding("pickle.zip-member", Severity.HIGH,
+                                  f"unexpected member {n!r}", f.rel, member=n)
+            info = zf.getinfo(pkl[0])
+            if info.file_size > budget:
+                yield finding("pickle.budget", Severity.HIGH, "data.pkl over budget", f.rel)
+                return
+            try:
+                data = zf.read(info)
+            except _ZIP_ERRORS as err:
+                yield finding("pickle.zip-malformed", Severity.CRITICAL,
+                              f"data.pkl unreadable: {type(err).__name__}: {err}", f.rel)
+                return
+            walk = walk_pickle(io.BytesIO(data), TORCH_ALLOWED, max_bytes=budget)
+        yield from _walk_findings(f.rel, walk, " (in data.pkl)")
+        yield from self._zip_storages(f.rel, walk, stored)
+
+    @staticmethod
+    def _zip_structure(infos: list[zipfile.ZipInfo], names: list[str]) -> str | None:
+        if not infos:
+            return "empty zip"
+        if min(i.header_offset for i in infos) != 0:
+            return "data before the first zip entry (prefixed zip)"
+        if len(set(names)) != len(names):
+            return "duplicate member names"
+        if any(i.flag_bits & 0x1 for i in infos):
+            return "encrypted member"
+        if any(n.startswith("/") or ".." in n.split("/") or "\\" in n for n in names):
+            return "member name with path traversal"
+        return None
+
+    @staticmethod
+    def _zip_storages(rel: str, walk: PickleWalk, stored: set[str]) -> Iterator[Finding]:
+        referenced: set[str] = set()
+        for pid in walk.persistent_ids:
+            key = _storage_key(pid, legacy=False)
+            if key is None:
+                yield finding("pickle.persistent-id", Severity.CRITICAL,
+                              "persistent id is not a torch storage", rel, pid=repr(pid)[:200])
+            else:
+                referenced.add(key)
+        for key in sorted(referenced - stored):
+            yield finding("pickle.zip-storage", Severity.HIGH, f"storage {key} is missing", rel)
+        for key in sorted(stored - referenced):
+            yield finding("pickle.zip-storage", Severity.MEDIUM,
+                          f"storage {key} is not referenced by data.pkl", rel)
+
+    def _npy(self, f: TreeFile, budget: int) -> Iterator[Finding]:
+        with f.path.open("rb") as fh:
+            try:
+                version = npformat.read_magic(fh)
+                reader = (npformat.read_array_header_1_0 if version == (1, 0)
+                          else npformat.read_array_header_2_0)
+                _shape, _order, dtype = reader(fh)
+            except _NPY_ERRORS as err:
+                yield finding("pickle.malformed", Severity.HIGH, f"bad .npy header: {err}", f.rel)
+                return
+            if not np.dtype(dtype).hasobject:
+                return
+            yield finding("pickle.npy-object", Severity.HIGH,
+                          "object-dtype array: loading it unpickles its contents", f.rel)
+            walk = walk_pickle(fh, NUMPY_ALLOWED, max_bytes=budget)
+        yield from _walk_findings(f.rel, walk, " (npy object payload)")

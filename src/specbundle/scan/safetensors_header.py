@@ -1,0 +1,289 @@
+"""Strict, header-only validation of safetensors files and their shard index.
+
+The ``safetensors`` library is the reference parser and is run as a second parser once the
+strict checks pass (a parser differential is itself a finding). The strict checks are hand-
+written because the library is deliberately lenient where a gate must not be: it accepts
+duplicate JSON keys, a header that does not start with ``{``, and any tensor name. Only the
+8-byte length and the header are read, never tensor data, so the cost is O(header) per shard.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, ClassVar
+
+from safetensors import SafetensorError, safe_open
+
+from specbundle.scan.findings import CheckOutcome, Finding, Severity, finding
+from specbundle.scan.interface import Check, CheckContext
+from specbundle.scan.inventory import ArtifactTree, TreeFile
+from specbundle.scan.jsonfile import DuplicateKeys, loads_strict
+from specbundle.scan.sniff import FileKind
+
+__all__ = ["DTYPE_BITS", "SafetensorsCheck", "StHeader", "StTensor", "read_header", "tensor_bytes"]
+
+# Bits per element of every dtype safetensors 0.8 defines (sub-byte types included).
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32,
+    "I64": 64, "U64": 64, "F64": 64, "C64": 64, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+}
+_MAX_NAME = 1024
+_ENTRY_KEYS = frozenset({"dtype", "shape", "data_offsets"})
+_BAD_NAME = re.compile(r"[\x00-\x1f/\\]|\.\.")
+
+
+@dataclass(frozen=True)
+class StTensor:
+    """One tensor entry of a header."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True)
+class StHeader:
+    """A parsed header: tensors, metadata, data start, and every problem found."""
+
+    tensors: dict[str, StTensor] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    data_start: int = 0
+    problems: tuple[tuple[str, Severity, str, dict[str, object]], ...] = ()
+
+
+def read_header(path: Path, max_header: int) -> StHeader:
+    """Parse and validate a safetensors header; problems are returned, not raised."""
+    probs: list[tuple[str, Severity, str, dict[str, object]]] = []
+
+    def bad(cid: str, msg: str, sev: Severity = Severity.CRITICAL, **ev: object) -> StHeader:
+        probs.append((cid, sev, msg, ev))
+        return StHeader(problems=tuple(probs))
+
+    with path.open("rb") as fh:
+        size = fh.seek(0, 2)
+        fh.seek(0)
+        raw_len = fh.read(8)
+        if len(raw_len) < 8:
+            return bad("safetensors.header-length", "file shorter than the 8-byte length")
+        (n,) = struct.unpack("<Q", raw_len)
+        if n > size - 8:
+            return bad("safetensors.header-length", "header length beyond the end of the file",
+                       header_len=n, file_size=size)
+        if n > max_header:
+            return bad("safetensors.header-length", "header length above the limit",
+                       header_len=n, limit=max_header)
+        raw = fh.read(n)
+    if not raw.startswith(b"{"):
+        probs.append(("safetensors.header-start", Severity.HIGH,
+                      "header does not start with '{'", {"first": raw[:8].hex()}))
+    try:
+        doc = loads_strict(raw.decode("utf-8"))
+    except DuplicateKeys as err:
+        return bad("safetensors.duplicate-key", "duplicate JSON keys in header", keys=str(err))
+    except (UnicodeDecodeError, ValueError) as err:
+        return bad("safetensors.header-json", f"header is not UTF-8 JSON: {err}")
+    if not isinstance(doc, dict):
+        return bad("safetensors.header-json", "header is not a JSON object")
+    meta = doc.pop("__metadata__", {})
+    if not isinstance(meta, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
+    ):
+        probs.append(("safetensors.metadata", Severity.HIGH,
+                      "__metadata__ must map strings to strings", {}))
+        meta = {}
+    tensors: dict[str, StTensor] = {}
+    for name, entry in doc.items():
+        t = _tensor(name, entry, probs)
+        if t is not None:
+            tensors[name] = t
+    _layout(tensors, size - 8 - n, probs)
+    return StHeader(tensors, meta, 8 + n, tuple(probs))
+
+
+def _uint(x: object) -> bool:
+    return type(x) is int and x >= 0  # type() excludes bool, which JSON true/false become
+
+
+def _tensor(name: str, entry: object,
+            probs: list[tuple[str, Severity, str, dict[str, object]]]) -> StTensor | None:
+    if not name or len(name) > _MAX_NAME or _BAD_NAME.search(name):
+        probs.append(("safetensors.tensor-name", Severity.HIGH,
+                      "tensor name with path syntax or control characters", {"tensor": name}))
+    if type(entry) is not dict or entry.keys() != _ENTRY_KEYS:
+        probs.append(("safetensors.tensor-entry", Severity.CRITICAL,
+                      "tensor entry must have exactly dtype, shape, data_offsets",
+                      {"tensor": name}))
+        return None
+    dtype, shape, offs = entry["dtype"], entry["shape"], entry["data_offsets"]
+    bits_per = DTYPE_BITS.get(dtype) if type(dtype) is str else None
+    if bits_per is None:
+        probs.append(("safetensors.unknown-dtype", Severity.CRITICAL, f"unknown dtype {dtype!r}",
+                      {"tensor": name}))
+        return None
+    if (type(shape) is not list or type(offs) is not list or len(offs) != 2
+            or not all(map(_uint, shape)) or not _uint(offs[0]) or not _uint(offs[1])
+            or offs[0] > offs[1]):
+        probs.append(("safetensors.tensor-entry", Severity.CRITICAL,
+                      "shape/data_offsets must be non-negative integers, begin <= end",
+                      {"tensor": name}))
+        return None
+    numel = 1
+    for d in shape:
+        numel *= d
+    bits = numel * bits_per
+    if bits % 8 or bits // 8 != offs[1] - offs[0]:
+        probs.append(("safetensors.size-mismatch", Severity.CRITICAL,
+                      "shape x dtype does not equal the byte span",
+                      {"tensor": name, "expected_bytes": bits / 8, "span": offs[1] - offs[0]}))
+    return StTensor(dtype, tuple(shape), offs[0], offs[1])
+
+
+def _layout(tensors: dict[str, StTensor], data_len: int,
+            probs: list[tuple[str, Severity, str, dict[str, object]]]) -> None:
+    """Offsets must tile the data section exactly: no gap, no overlap, nothing after."""
+    pos = 0
+    for name, t in sorted(tensors.items(), key=lambda kv: (kv[1].begin, kv[1].end)):
+        if t.end > data_len:
+            probs.append(("safetensors.offset-range", Severity.CRITICAL,
+                          "tensor data beyond the end of the file", {"tensor": name}))
+        if t.begin < pos:
+            probs.append(("safetensors.overlap", Severity.CRITICAL,
+                          "tensor overlaps the previous one", {"tensor": name, "begin": t.begin}))
+        elif t.begin > pos:
+            probs.append(("safetensors.gap", Severity.HIGH, "unused bytes between tensors",
+                          {"tensor": name, "gap": t.begin - pos}))
+        pos = max(pos, t.end)
+    if pos < data_len:
+        probs.append(("safetensors.trailing-bytes", Severity.HIGH,
+                      "bytes after the last tensor", {"trailing": data_len - pos}))
+
+
+def tensor_bytes(path: Path, header: StHeader, name: str) -> bytes:
+    """Read one (small) tensor's bytes, e.g. an EAGLE ``d2t`` table."""
+    t = header.tensors[name]
+    with path.open("rb") as fh:
+        fh.seek(header.data_start + t.begin)
+        return fh.read(t.end - t.begin)
+
+
+def _reference_parser(path: Path) -> str | None:
+    try:
+        with safe_open(str(path), framework="numpy") as fh:
+            fh.keys()
+    except (SafetensorError, OSError, ValueError) as err:
+        return str(err)
+    return None
+
+
+class SafetensorsCheck(Check):
+    """Every safetensors shard and every shard index."""
+
+    family = "safetensors"
+    rules: ClassVar[dict[str, str]] = {
+        "safetensors.header-length": "Header length beyond the file or above the limit",
+        "safetensors.header-start": "Header does not start with '{'",
+        "safetensors.header-json": "Header is not a UTF-8 JSON object",
+        "safetensors.duplicate-key": "Duplicate JSON keys in the header",
+        "safetensors.metadata": "__metadata__ is not a string-to-string map",
+        "safetensors.tensor-entry": "Malformed tensor entry",
+        "safetensors.tensor-name": "Tensor name with path syntax",
+        "safetensors.unknown-dtype": "Unknown dtype",
+        "safetensors.size-mismatch": "shape x dtype differs from the byte span",
+        "safetensors.overlap": "Overlapping tensor offsets",
+        "safetensors.gap": "Gap between tensors",
+        "safetensors.offset-range": "Tensor offsets beyond the end of the file",
+        "safetensors.trailing-bytes": "Bytes after the last tensor",
+        "safetensors.reference-parser": "The safetensors library rejects a file the checks passed",
+        "safetensors.index-json": "Shard index is not valid JSON with a weight_map",
+        "safetensors.index-missing-shard": "Index names a shard that is not in the tree",
+        "safetensors.index-tensor-missing": "Index names a tensor its shard does not contain",
+        "safetensors.index-unlisted-tensor": "A shard holds a tensor the index does not list",
+        "safetensors.index-duplicate-tensor": "The same tensor is stored in more than one shard",
+        "safetensors.index-extra-shard": "A shard no index references",
+        "safetensors.index-total-size": "metadata.total_size differs from the shards",
+    }
+
+    def run(self, ctx: CheckContext) -> CheckOutcome:
+        """Validate shards, then indexes against shards."""
+        out: list[Finding] = []
+        for tree in ctx.trees:
+            headers: dict[str, StHeader] = {}
+            for f in tree.files:
+                if f.rel.endswith(".safetensors") or ctx.kind(f.path) is FileKind.SAFETENSORS:
+                    hdr = ctx.cached("safetensors", f.path, lambda p: read_header(
+                        p, ctx.options.max_safetensors_header))
+                    headers[f.rel] = hdr
+                    out.extend(x.with_role(tree.role) for x in self._shard(f, hdr))
+            for idx in tree.matching(".safetensors.index.json"):
+                out.extend(x.with_role(tree.role) for x in self._index(tree, idx, headers))
+        return CheckOutcome.of(out)
+
+    def _shard(self, f: TreeFile, hdr: StHeader) -> Iterator[Finding]:
+        for cid, sev, msg, ev in hdr.problems:
+            yield finding(cid, sev, msg, f.rel, **ev)
+        if not hdr.problems:
+            err = _reference_parser(f.path)
+            if err:
+                yield finding("safetensors.reference-parser", Severity.HIGH,
+                              f"safetensors library rejects the file: {err}", f.rel)
+
+    def _index(self, tree: ArtifactTree, idx: TreeFile,
+               headers: dict[str, StHeader]) -> Iterator[Finding]:
+        base = PurePosixPath(idx.rel).parent
+        try:
+            doc = loads_strict(idx.path.read_bytes())
+            wmap = doc["weight_map"]
+            if not isinstance(wmap, dict) or not all(isinstance(v, str) for v in wmap.values()):
+                raise TypeError("weight_map must map tensor names to shard names")
+        except (ValueError, KeyError, TypeError, OSError) as err:
+            yield finding("safetensors.index-json", Severity.HIGH, f"unusable index: {err}",
+                          idx.rel)
+            return
+        shards = sorted(set(wmap.values()))
+        for shard in shards:
+            rel = (base / shard).as_posix()
+            if "/" in shard or "\\" in shard or rel not in headers:
+                yield finding("safetensors.index-missing-shard", Severity.HIGH,
+                              f"index names shard {shard!r} that is not a safetensors file here",
+                              idx.rel, shard=shard)
+        shard_rel = {s: (base / s).as_posix() for s in shards}
+        for tensor, shard in sorted(wmap.items()):
+            hdr = headers.get(shard_rel[shard])
+            if hdr is not None and not hdr.problems and tensor not in hdr.tensors:
+                yield finding("safetensors.index-tensor-missing", Severity.HIGH,
+                              f"{tensor} is not in {shard}", idx.rel, tensor=tensor)
+        seen: dict[str, str] = {}
+        total = 0
+        siblings = {r: h for r, h in headers.items() if PurePosixPath(r).parent == base}
+        for rel, hdr in sorted(siblings.items()):
+            name = PurePosixPath(rel).name
+            if name not in shards:
+                yield finding("safetensors.index-extra-shard", Severity.HIGH,
+                              "shard not referenced by the index", rel, index=idx.rel)
+                continue
+            for tensor, t in hdr.tensors.items():
+                total += t.end - t.begin
+                if tensor in seen:
+                    yield finding("safetensors.index-duplicate-tensor", Severity.HIGH,
+                                  f"{tensor} is stored in {seen[tensor]} and {name}", rel,
+                                  tensor=tensor)
+                seen[tensor] = name
+                if wmap.get(tensor) != name:
+                    yield finding("safetensors.index-unlisted-tensor", Severity.HIGH,
+                                  f"{tensor} is in {name} but the index says "
+                                  f"{wmap.get(tensor)!r}", rel, tensor=tensor)
+        declared = doc.get("metadata", {}).get("total_size") if isinstance(
+            doc.get("metadata"), dict) else None
+        if isinstance(declared, int) and declared != total and all(
+            not headers[(base / s).as_posix()].problems for s in shards
+            if (base / s).as_posix() in headers
+        ):
+            yield finding("safetensors.index-total-size", Severity.MEDIUM,
+                          "metadata.total_size differs from the sum of tensor sizes", idx.rel,
+                          declared=declared, actual=total)
