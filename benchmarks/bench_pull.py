@@ -28,9 +28,9 @@ from specbundle.localhub import publish_repo, serve_hub
 def _make_repo(src: Path, size_gb: float, files: int) -> None:
     src.mkdir(parents=True)
     per = int(size_gb * (1 << 30) / files)
-    rng = np.random.default_rng(0)
-    block = rng.integers(0, 255, size=1 << 24, dtype=np.uint8).tobytes()
     for i in range(files):
+        # distinct bytes per file: identical files would be deduplicated by both tools
+        block = np.random.default_rng(i).integers(0, 255, size=1 << 24, dtype=np.uint8).tobytes()
         header = json.dumps({"w": {"dtype": "U8", "shape": [per], "data_offsets": [0, per]}})
         hb = (header + " " * ((8 - len(header) % 8) % 8)).encode()
         with (src / f"model-{i:05d}-of-{files:05d}.safetensors").open("wb") as fh:

@@ -43,7 +43,8 @@ def command(spec_file: Path, mirror_dir: Path | None, endpoint: str | None, work
     spec = load_spec(spec_file)
     mirror = open_mirror(mirror_dir, create=True)
     with byte_progress(not as_json) as bar:
-        res = pull_bundle(spec, mirror, endpoint=endpoint, workers=workers, progress=bar)
+        res = pull_bundle(spec, mirror, endpoint=endpoint, workers=workers, progress=bar,
+                          spec_dir=spec_file.parent)
     if as_json:
         print_json({
             "bundle": res.record.to_json(), "unchanged": res.unchanged,

@@ -99,11 +99,29 @@ def _same(a: ArtifactRecord | None, b: ArtifactRecord | None) -> bool:
     return (a.repo, a.commit, a.files, a.skipped) == (b.repo, b.commit, b.files, b.skipped)
 
 
+def _prompts(spec: BundleSpec, spec_dir: Path | None) -> bytes | None:
+    """The benchmark prompts file the spec names, read from beside the spec file."""
+    rel = spec.bench.prompts_file
+    if rel is None or spec_dir is None:
+        return None
+    path = spec_dir / rel
+    if Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise SpecError("must be a relative path next to the spec", field="bench.prompts_file")
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise SpecError(f"cannot read {path}: {err.strerror}", field="bench.prompts_file") \
+            from None
+
+
 def pull_bundle(
     spec: BundleSpec, mirror: Mirror, *, endpoint: str | None = None, workers: int = 8,
-    progress: ProgressSink | None = None,
+    progress: ProgressSink | None = None, spec_dir: Path | None = None,
 ) -> PullResult:
     """Pull target and draft of ``spec`` into ``mirror`` and commit the bundle record.
+
+    ``spec_dir`` is the folder of the spec file: a ``bench.prompts_file`` named there ships
+    inside the bundle folder, so the isolated side benchmarks with exactly those prompts.
 
     Raises:
         SourceUnavailable: the endpoint, repo, revision or a file could not be reached.
@@ -111,6 +129,7 @@ def pull_bundle(
         SpecError: the spec names a file the repo does not have.
     """
     mirror = Mirror.open(mirror.root, create=True)
+    prompts = _prompts(spec, spec_dir)
     arts: list[tuple[Role, ArtifactSpec]] = [("target", spec.target)]
     if spec.draft is not None:
         arts.append(("draft", spec.draft))
@@ -135,12 +154,14 @@ def pull_bundle(
         for src in sources:
             if isinstance(src, HubSource):
                 src.close()
-    return _commit(spec, mirror, records, tuple(counts))
+    return _commit(spec, mirror, records, tuple(counts), prompts)
 
 
 def _commit(spec: BundleSpec, mirror: Mirror, records: dict[str, ArtifactRecord],
-            counts: tuple[ArtifactPull, ...]) -> PullResult:
+            counts: tuple[ArtifactPull, ...], prompts: bytes | None) -> PullResult:
     with mirror.lock():
+        if prompts is not None and spec.bench.prompts_file is not None:
+            mirror.write_bundle_file(spec.name, spec.bench.prompts_file, prompts)
         for rec in records.values():
             mirror.link_snapshot(rec)
         previous = None

@@ -1,0 +1,211 @@
+"""``admit_bundle``: verify, benchmark, gate, then sign the decision (SLSA VSA).
+
+Any stage that fails or cannot measure rejects the bundle with its reason; the decision,
+PASSED or FAILED, is always signed into the bundle's attestation log (with a bench-evidence
+statement naming the report's digest when a report exists), so an auditor sees refusals as
+well as admissions. ``admit/status.json`` is rewritten on every decision: only the latest
+PASSED one marks the bundle admitted, and a later rejection clears it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from specbundle import __version__
+from specbundle._fsutil import canonical_json
+from specbundle.admit.decision import Criterion, GateResult, evaluate
+from specbundle.attest import (
+    BENCH_EVIDENCE_V1,
+    SLSA_VSA_V1,
+    SigningKey,
+    Statement,
+    append_attestation,
+    artifact_subjects,
+    read_attestations,
+    sign_statement,
+)
+from specbundle.bench import BenchOptions, BenchReport, run_bench
+from specbundle.bench.runner import Progress
+from specbundle.digest import sha256_bytes
+from specbundle.errors import AdmissionRejected, SpecbundleError, UsageError
+from specbundle.mirror import Mirror, utc_now
+from specbundle.sign import bundle_manifest
+from specbundle.spec import parse_spec
+from specbundle.verify import TrustPolicy, VerifiedBundle, verify_bundle
+
+__all__ = ["STATUS_FILE", "VERIFIER_ID", "Decision", "Rejected", "admit_bundle", "read_status"]
+
+VERIFIER_ID = "https://specbundle.dev/admit"
+STATUS_FILE = "admit/status.json"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The signed outcome of one admission run."""
+
+    bundle: str
+    result: Literal["PASSED", "FAILED"]
+    reasons: tuple[str, ...]
+    criteria: tuple[Criterion, ...]
+    time: str
+    policy_sha256: str
+    bench_run_id: str | None
+    bench_report_sha256: str | None
+    vsa_line: int
+    signers: tuple[str, ...]
+
+    @property
+    def admitted(self) -> bool:
+        """PASSED."""
+        return self.result == "PASSED"
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (``--json``)."""
+        return {"bundle": self.bundle, "result": self.result, "admitted": self.admitted,
+                "reasons": list(self.reasons),
+                "criteria": [{"name": c.name, "passed": c.passed, "measured": c.measured,
+                              "threshold": c.threshold, "detail": c.detail}
+                             for c in self.criteria],
+                "time": self.time, "policy_sha256": self.policy_sha256,
+                "bench_run_id": self.bench_run_id,
+                "bench_report_sha256": self.bench_report_sha256,
+                "vsa_line": self.vsa_line, "signers": list(self.signers)}
+
+
+class Rejected(AdmissionRejected):
+    """The gate said no (exit 5); ``decision`` is the signed FAILED decision."""
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(f"bundle {decision.bundle!r} rejected:\n  "
+                         + "\n  ".join(decision.reasons))
+        self.decision = decision
+
+
+def _subjects(mirror: Mirror, name: str, verified: VerifiedBundle | None) -> list[Any]:
+    rec = mirror.load_bundle(name)
+    out = []
+    for art in rec.artifacts:
+        root = verified.roots.get(art.role) if verified else None
+        if root is None:
+            root = bundle_manifest(mirror, art).root_digest
+        out += list(artifact_subjects(art.repo, root, art.commit, art.commit_kind))
+    return out
+
+
+def _inputs(mirror: Mirror, name: str) -> list[dict[str, Any]]:
+    envs = read_attestations(mirror, name, problems=[])
+    return [{"uri": f"specbundle:bundle/{name}/attestations.jsonl#{i}",
+             "digest": {"sha256": sha256_bytes(env.to_line())}}
+            for i, env in enumerate(envs, 1)]
+
+
+def _figures(report: BenchReport) -> dict[str, str]:
+    lv = report.at_p95
+    if lv is None:
+        return {}
+    vals: dict[str, float | None] = {"concurrency": float(lv.concurrency),
+            "throughput_ratio": lv.ratio.ratio if lv.ratio else None,
+            "ratio_low": lv.ratio.low if lv.ratio else None,
+            "ratio_high": lv.ratio.high if lv.ratio else None,
+            "acceptance_rate": lv.acceptance.acceptance_rate,
+            "mean_acceptance_length": lv.acceptance.mean_acceptance_length,
+            "alpha": lv.acceptance.alpha, "c": lv.c_measured, "c_black_box": lv.c_black_box}
+    # Statements carry no floats (canonical JSON): figures travel as decimal strings.
+    return {k: format(v, ".6g") for k, v in vals.items() if v is not None}
+
+
+def _sign(mirror: Mirror, name: str, keys: Sequence[SigningKey], policy: TrustPolicy,
+          verified: VerifiedBundle | None, report: BenchReport | None, gate: GateResult,
+          reasons: tuple[str, ...]) -> Decision:
+    now = utc_now()
+    result: Literal["PASSED", "FAILED"] = "PASSED" if not reasons else "FAILED"
+    subjects = _subjects(mirror, name, verified)
+    digest = sha256_bytes(report.to_bytes()) if report else None
+    run_uri = f"specbundle:bundle/{name}/bench/{report.run_id}/report.json" if report else None
+    with mirror.lock():
+        inputs = _inputs(mirror, name)
+        if report is not None:
+            ev = Statement.build(subjects, BENCH_EVIDENCE_V1, {
+                "timeCreated": now, "runId": report.run_id, "engine": report.engine,
+                "report": {"uri": run_uri, "digest": {"sha256": digest},
+                           "schema": report.schema_version},
+                "figures": _figures(report)})
+            env = sign_statement(ev, keys)
+            line = append_attestation(mirror, name, env)
+            inputs.append({"uri": run_uri, "digest": {"sha256": digest}})
+            inputs.append({"uri": f"specbundle:bundle/{name}/attestations.jsonl#{line}",
+                           "digest": {"sha256": sha256_bytes(env.to_line())}})
+        vsa = Statement.build(subjects, SLSA_VSA_V1, {
+            "verifier": {"id": VERIFIER_ID, "version": {"specbundle": __version__}},
+            "timeVerified": now, "resourceUri": f"specbundle:bundle/{name}",
+            "policy": {"uri": policy.source, "digest": {"sha256": policy.digest}},
+            "inputAttestations": inputs, "verificationResult": result,
+            "verifiedLevels": ["SLSA_BUILD_LEVEL_UNEVALUATED"],
+            "specbundle": {"reasons": list(reasons),
+                           "criteria": [{"name": c.name, "passed": c.passed,
+                                         "measured": c.measured, "threshold": c.threshold}
+                                        for c in gate.criteria]},
+        })
+        vsa_line = append_attestation(mirror, name, sign_statement(vsa, keys))
+        status = {"bundle": name, "admitted": result == "PASSED", "result": result,
+                  "time": now, "vsa_line": vsa_line, "policy_sha256": policy.digest,
+                  "bench_run_id": report.run_id if report else None,
+                  "bench_report_sha256": digest}
+        mirror.write_bundle_file(name, STATUS_FILE, canonical_json(status) + b"\n")
+        mirror.append_event("admission", name, {
+            "result": result, "reasons": list(reasons), "vsa_line": vsa_line,
+            "bench_run_id": status["bench_run_id"], "bench_report_sha256": digest})
+    return Decision(name, result, reasons, gate.criteria, now, policy.digest,
+                    report.run_id if report else None, digest, vsa_line,
+                    tuple(k.fingerprint for k in keys))
+
+
+def admit_bundle(mirror: Mirror, name: str, *, policy: TrustPolicy, keys: Sequence[SigningKey],
+                 engine: str = "llamacpp", bench_options: BenchOptions | None = None,
+                 progress: Progress | None = None,
+                 on_stage: Callable[[str], None] | None = None) -> Decision:
+    """Verify, bench and gate bundle ``name``; sign the decision; raise if rejected.
+
+    Raises:
+        Rejected: (an :class:`AdmissionRejected`, exit 5) with every reason; the FAILED
+            decision is signed and logged before it is raised.
+        UsageError: no signing key.
+    """
+    if not keys:
+        raise UsageError("no signing key given", hint="pass --key KEY.pem")
+    stage = on_stage or (lambda _s: None)
+    reasons: list[str] = []
+    verified: VerifiedBundle | None = None
+    report: BenchReport | None = None
+    gate = GateResult(())
+    stage("verify")
+    try:
+        verified = verify_bundle(mirror, name, policy)
+    except SpecbundleError as err:
+        reasons.append(f"verification: {err.message}")
+    if verified is not None:
+        stage("bench")
+        try:
+            report = run_bench(mirror, name, engine=engine, options=bench_options,
+                               progress=progress)
+        except SpecbundleError as err:
+            reasons.append(f"bench: could not measure: {err.message}")
+    if report is not None:
+        stage("gate")
+        spec = parse_spec(mirror.load_bundle(name).spec)
+        gate = evaluate(report, spec.admission)
+        reasons += gate.reasons
+    stage("sign")
+    decision = _sign(mirror, name, keys, policy, verified, report, gate, tuple(reasons))
+    if not decision.admitted:
+        raise Rejected(decision)
+    return decision
+
+
+def read_status(mirror: Mirror, name: str) -> dict[str, Any] | None:
+    """The bundle's latest admission status, or ``None`` if it was never decided."""
+    data = mirror.read_bundle_file(name, STATUS_FILE)
+    return None if data is None else dict(json.loads(data))

@@ -1,0 +1,254 @@
+"""Turn the raw runs of both arms into the report: ratios, acceptance, c, validity.
+
+Pure apart from reading the raw data: everything here is a function of what was measured,
+so a report can be recomputed from the same runs. Acceptance comes only from the engine's
+counter deltas over the measured windows (summed over rounds); the per-request figures
+(llama.cpp ``timings``) are summed beside them as a cross-check that must match exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specbundle.bench import stats
+from specbundle.bench.client import LevelRun, RequestResult
+from specbundle.bench.engines import adapter_for
+from specbundle.bench.prometheus import NOT_COMPARABLE, WindowDelta
+from specbundle.bench.report import (
+    Acceptance,
+    ArmLevel,
+    Ceiling,
+    LevelResult,
+    Validity,
+)
+from specbundle.bench.runner import ArmData, RawRun
+
+__all__ = ["AnalysisInputs", "analyse_levels", "ceiling", "validity"]
+
+_REPETITION_FLOOR = 0.3  # distinct char 4-gram ratio below this = a repetition loop
+
+
+@dataclass(frozen=True)
+class AnalysisInputs:
+    """Thresholds the analysis needs from the spec."""
+
+    max_tokens: int
+    confidence: float
+    min_ratio_lower_bound: float
+    min_token_agreement: float
+
+
+def _ms(values: Sequence[float]) -> stats.Summary | None:
+    return stats.summarize([v * 1000.0 for v in values])
+
+
+def arm_level(arm: str, c: int, runs: Sequence[LevelRun],
+              deltas: Sequence[WindowDelta] = ()) -> ArmLevel:
+    """Pool one arm's rounds at one level."""
+    results = [r for run in runs for r in run.results]
+    ok = [r for r in results if r.ok]
+    tps = tuple(run.output_throughput for run in runs)
+    gen = [d.generation_tokens for d in deltas]
+    return ArmLevel(
+        arm=arm,  # type: ignore[arg-type]
+        concurrency=c, round_output_throughput=tps,
+        output_throughput=sum(tps) / len(tps) if tps else 0.0,
+        request_throughput=sum(run.request_throughput for run in runs) / max(len(runs), 1),
+        completed=len(ok), failed=len(results) - len(ok),
+        total_output_tokens=sum(r.completion_tokens for r in ok),
+        ttft_ms=_ms([r.ttft for r in ok if r.ttft is not None]),
+        tpot_ms=_ms([r.tpot for r in ok if r.tpot is not None]),
+        itl_chunk_ms=_ms([g for r in ok for g in r.itl_chunk]),
+        itl_token_ms=_ms([g for r in ok for g in r.itl_token]),
+        e2el_ms=_ms([r.e2e for r in ok if r.e2e is not None]),
+        server_output_tokens=sum(g for g in gen if g is not None) if gen and None not in gen
+        else None,
+    )
+
+
+def acceptance(engine: str, deltas: Sequence[WindowDelta], runs: Sequence[LevelRun]) -> Acceptance:
+    """Acceptance of the spec arm at one level from counter deltas (+ per-request check)."""
+    adapter = adapter_for(engine)
+    per_req = [adapter.request_spec(r.server) for run in runs for r in run.ok]
+    req_d = sum(p[0] for p in per_req if p) if per_req and None not in per_req else None
+    req_a = sum(p[1] for p in per_req if p) if per_req and None not in per_req else None
+    specs = [d.spec for d in deltas]
+    if not deltas or None in specs:
+        gauges = dict(deltas[-1].gauges_end) if deltas else {}
+        comparable = not deltas or deltas[-1].counters_comparable
+        note = deltas[-1].note if deltas else "no /metrics reading"
+        if not comparable:
+            note = note or NOT_COMPARABLE
+        return Acceptance(
+            source="gauges" if gauges else "none", comparable_as_counters=comparable,
+            drafts=None, draft_tokens=None, accepted=None, acceptance_rate=None,
+            mean_acceptance_length=None, mean_draft_length=None, per_position=(),
+            depth_too_deep=False, alpha=None, request_draft_tokens=req_d,
+            request_accepted=req_a, request_cross_check=None, gauges=gauges, note=note,
+        )
+    drafts = sum(s.drafts for s in specs if s)
+    tokens = sum(s.draft_tokens for s in specs if s)
+    acc = sum(s.accepted for s in specs if s)
+    width = max((len(s.accepted_per_pos) for s in specs if s), default=0)
+    pos_sum = [sum(s.accepted_per_pos[i] for s in specs if s and i < len(s.accepted_per_pos))
+               for i in range(width)]
+    per_pos = stats.per_position_rates(pos_sum, drafts)
+    tau = stats.mean_acceptance_length(acc, drafts)
+    g = tokens / drafts if drafts > 0 else None
+    alpha = stats.alpha_from_tau(tau, g) if tau is not None and g is not None else None
+    check = None if req_d is None or req_a is None else (req_d == tokens and req_a == acc)
+    return Acceptance(
+        source="counters", comparable_as_counters=True, drafts=drafts, draft_tokens=tokens,
+        accepted=acc, acceptance_rate=stats.acceptance_rate(acc, tokens),
+        mean_acceptance_length=tau, mean_draft_length=g, per_position=per_pos,
+        depth_too_deep=stats.depth_collapses(per_pos), alpha=alpha,
+        request_draft_tokens=req_d, request_accepted=req_a, request_cross_check=check,
+        note="draft depth too deep: acceptance collapses after position 1"
+        if stats.depth_collapses(per_pos) else "",
+    )
+
+
+def _server_step(engine: str, runs: Sequence[LevelRun]) -> float | None:
+    adapter = adapter_for(engine)
+    steps = [adapter.step_ms(r.server) for run in runs for r in run.ok]
+    return sum(s for s in steps if s) / len(steps) if steps and None not in steps else None
+
+
+def draft_cost(raw: RawRun, c: int, draft: ArmLevel | None, base: ArmLevel) -> float | None:
+    """c = the draft's per-step time / the target's per-step time in the baseline arm.
+
+    Server-side decode time per token where the engine reports it (no HTTP in it), else
+    the client's TPOT of both at the same concurrency.
+    """
+    if raw.draft is None or draft is None:
+        return None
+    d = _server_step(raw.engine, raw.draft.runs.get(c, []))
+    b = _server_step(raw.engine, raw.base.runs.get(c, []))
+    if d is not None and b:
+        return d / b
+    if draft.tpot_ms and base.tpot_ms and base.tpot_ms.mean > 0:
+        return draft.tpot_ms.mean / base.tpot_ms.mean
+    return None
+
+
+def _sum_opt(values: Sequence[float | None]) -> float | None:
+    return None if not values or None in values else float(sum(v for v in values if v is not None))
+
+
+def analyse_levels(raw: RawRun, inp: AnalysisInputs) -> tuple[LevelResult, ...]:
+    """One :class:`LevelResult` per concurrency level."""
+    out = []
+    for c in raw.levels:
+        b_runs, s_runs = raw.base.runs.get(c, []), raw.spec.runs.get(c, [])
+        base = arm_level("base", c, b_runs, raw.base.deltas.get(c, []))
+        spec = arm_level("spec", c, s_runs, raw.spec.deltas.get(c, []))
+        draft = arm_level("draft", c, raw.draft.runs.get(c, [])) if raw.draft else None
+        ratio = boot = None
+        needed = None
+        tb, ts = base.round_output_throughput, spec.round_output_throughput
+        if len(tb) >= 2 and len(ts) >= 2 and min(tb + ts) > 0:
+            ratio = stats.welch_ratio_ci(tb, ts, confidence=inp.confidence)
+            needed = stats.rounds_needed(ratio.ratio, ratio.log_sd, inp.min_ratio_lower_bound,
+                                         confidence=inp.confidence)
+            if len(tb) >= 3 and len(ts) >= 3:
+                boot = stats.bootstrap_ratio_ci(tb, ts, confidence=inp.confidence)
+        acc = acceptance(raw.engine, raw.spec.deltas.get(c, []), s_runs)
+        c_meas = draft_cost(raw, c, draft, base)
+        tau, g, alpha = acc.mean_acceptance_length, acc.mean_draft_length, acc.alpha
+        c_bb = stats.black_box_c(tau, ratio.ratio, g) if tau and g and ratio else None
+        pred = stats.predicted_improvement(alpha, g, c_meas) \
+            if alpha is not None and g and c_meas is not None else None
+        b_d, s_d = raw.base.deltas.get(c, []), raw.spec.deltas.get(c, [])
+        out.append(LevelResult(
+            concurrency=c, base=base, spec=spec, draft=draft, ratio=ratio, ratio_bootstrap=boot,
+            rounds_needed=needed, acceptance=acc, c_measured=c_meas, c_black_box=c_bb,
+            predicted_improvement=pred,
+            alpha_above_c=(alpha > c_meas) if alpha is not None and c_meas is not None else None,
+            preemptions_base=_sum_opt([d.preemptions for d in b_d]),
+            preemptions_spec=_sum_opt([d.preemptions for d in s_d]),
+            kv_usage_end_base=b_d[-1].kv_usage_end if b_d else None,
+            kv_usage_end_spec=s_d[-1].kv_usage_end if s_d else None,
+        ))
+    return tuple(out)
+
+
+def ceiling(base: ArmData, spec: ArmData, engine: str) -> Ceiling:
+    """Compare the KV capacity each arm reports; the drop is the lost share."""
+    drop = None
+    if base.kv_capacity and spec.kv_capacity is not None:
+        drop = max(0.0, 1.0 - spec.kv_capacity / base.kv_capacity)
+    note = "" if drop is not None else f"{engine} did not report KV capacity"
+    return Ceiling(kv_capacity_base=base.kv_capacity, kv_capacity_spec=spec.kv_capacity,
+                   drop=drop, max_sequences_base=base.max_sequences,
+                   max_sequences_spec=spec.max_sequences, note=note)
+
+
+def _pairs(raw: RawRun) -> list[tuple[RequestResult, RequestResult]]:
+    pairs = []
+    for c in raw.levels:
+        for rb, rs in zip(raw.base.runs.get(c, []), raw.spec.runs.get(c, []), strict=False):
+            sb = {r.prompt_id: r for r in rb.ok}
+            pairs += [(sb[r.prompt_id], r) for r in rs.ok if r.prompt_id in sb]
+    return pairs
+
+
+def _ngram(results: Sequence[RequestResult]) -> float | None:
+    vals = [stats.distinct_ngram_ratio(list(r.text), 4) for r in results if r.text]
+    return sum(vals) / len(vals) if vals else None
+
+
+def validity(raw: RawRun, inp: AnalysisInputs) -> Validity:
+    """Fairness checks; every failed one is named in ``problems``."""
+    problems: list[str] = []
+    pairs = _pairs(raw)
+    same = [b.text == s.text for b, s in pairs]
+    agreement = sum(same) / len(same) if same else None
+    bad_ids = tuple(sorted({b.prompt_id.split("#")[0]
+                            for (b, _), eq in zip(pairs, same, strict=True) if not eq}))
+    if agreement is None:
+        problems.append("token agreement unmeasured: no prompt completed in both arms")
+    elif agreement < inp.min_token_agreement:
+        problems.append(f"token agreement {agreement:.3f} < {inp.min_token_agreement:.3f}: "
+                        "the arms generate different outputs")
+    arms = [raw.base, raw.spec] + ([raw.draft] if raw.draft else [])
+    all_res = [r for a in arms for runs in a.runs.values() for run in runs for r in run.results]
+    failed = [r for r in all_res if not r.ok]
+    if failed:
+        problems.append(f"{len(failed)} request(s) failed")
+    ok = [r for r in all_res if r.ok]
+    fixed = all(r.completion_tokens == inp.max_tokens for r in ok)
+    if not fixed:
+        problems.append(f"not every request generated exactly max_tokens={inp.max_tokens}")
+    rb = [r for runs in raw.base.runs.values() for run in runs for r in run.ok]
+    rs = [r for runs in raw.spec.runs.values() for run in runs for r in run.ok]
+    nb, ns = _ngram(rb), _ngram(rs)
+    degenerate = any(v is not None and v < _REPETITION_FLOOR for v in (nb, ns))
+    if degenerate:
+        problems.append("degenerate repetition in the outputs inflates acceptance and throughput")
+    moved = flat = None
+    s_specs = [d.spec for ds in raw.spec.deltas.values() for d in ds]
+    b_specs = [d.spec for ds in raw.base.deltas.values() for d in ds]
+    if s_specs and None not in s_specs:
+        moved = sum(s.draft_tokens for s in s_specs if s) > 0
+        if not moved:
+            problems.append("speculation counters did not move in the speculative arm")
+    if b_specs and None not in b_specs:
+        flat = sum(s.draft_tokens for s in b_specs if s) == 0
+        if not flat:
+            problems.append("speculation counters moved in the baseline arm")
+    slots = None
+    if raw.base.max_sequences is not None and raw.spec.max_sequences is not None:
+        slots = min(raw.base.max_sequences, raw.spec.max_sequences) >= max(raw.levels)
+        if not slots:
+            problems.append("fewer server slots than the highest concurrency: requests queue")
+    if raw.settings_equal is False:
+        problems.append(f"server settings differ beyond speculation: {raw.settings_note}")
+    return Validity(
+        token_agreement=agreement, compared_outputs=len(pairs), disagreeing_prompts=bad_ids,
+        distinct_ngram_base=nb, distinct_ngram_spec=ns, degenerate_repetition=degenerate,
+        fixed_length=fixed, settings_equal=raw.settings_equal, settings_note=raw.settings_note,
+        slots_cover_concurrency=slots, engine_errors=len(failed),
+        error_samples=tuple(sorted({r.error or "" for r in failed}))[:5],
+        spec_counters_moved=moved, base_counters_flat=flat, problems=tuple(problems),
+    )

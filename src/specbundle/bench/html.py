@@ -1,0 +1,174 @@
+"""Self-contained HTML rendering of a bench report, plots as inline SVG.
+
+Hand-written SVG because the isolated side should not need a plotting stack and the page
+must load nothing from anywhere (GuideLLM's HTML report fetches its UI from a CDN); three
+small charts are a few dozen lines: throughput vs concurrency for both arms (with the
+per-round spread), per-position acceptance, and predicted vs measured speed-up.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+from specbundle.bench.report import BenchReport, LevelResult
+
+__all__ = ["render_html"]
+
+_W, _H, _PAD = 520, 260, 44
+_COLORS = {"base": "#4c72b0", "spec": "#dd8452", "pred": "#55a868", "meas": "#c44e52"}
+
+
+def _scale(v: float, lo: float, hi: float, a: float, b: float) -> float:
+    return a + (v - lo) / ((hi - lo) or 1.0) * (b - a)
+
+
+def _frame(title: str, xlab: str, ylab: str, ymax: float, body: str, xticks: str) -> str:
+    ticks = "".join(
+        f'<text x="{_PAD - 6}" y="{_scale(f * ymax, 0, ymax, _H - _PAD, 20):.1f}" '
+        f'text-anchor="end" font-size="10">{f * ymax:.3g}</text>'
+        for f in (0.0, 0.5, 1.0))
+    return (
+        f'<figure><figcaption>{html.escape(title)}</figcaption>'
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" role="img">'
+        f'<line x1="{_PAD}" y1="{_H - _PAD}" x2="{_W - 10}" y2="{_H - _PAD}" stroke="#333"/>'
+        f'<line x1="{_PAD}" y1="20" x2="{_PAD}" y2="{_H - _PAD}" stroke="#333"/>'
+        f'{ticks}{xticks}{body}'
+        f'<text x="{_W / 2}" y="{_H - 8}" text-anchor="middle" font-size="11">'
+        f'{html.escape(xlab)}</text>'
+        f'<text x="12" y="{_H / 2}" transform="rotate(-90 12 {_H / 2})" text-anchor="middle" '
+        f'font-size="11">{html.escape(ylab)}</text></svg></figure>')
+
+
+def _xs(n: int) -> list[float]:
+    return [_scale(i, -0.5, n - 0.5, _PAD, _W - 10) for i in range(n)]
+
+
+def _xticks(labels: Sequence[str]) -> str:
+    return "".join(f'<text x="{x:.1f}" y="{_H - _PAD + 14}" text-anchor="middle" '
+                   f'font-size="10">{html.escape(lab)}</text>'
+                   for x, lab in zip(_xs(len(labels)), labels, strict=True))
+
+
+def _line(xs: Sequence[float], ys: Sequence[float], ymax: float, color: str, label: str,
+          k: int) -> str:
+    pts = " ".join(f"{x:.1f},{_scale(y, 0, ymax, _H - _PAD, 20):.1f}"
+                   for x, y in zip(xs, ys, strict=True))
+    dots = "".join(f'<circle cx="{x:.1f}" cy="{_scale(y, 0, ymax, _H - _PAD, 20):.1f}" r="3" '
+                   f'fill="{color}"/>' for x, y in zip(xs, ys, strict=True))
+    legend = (f'<rect x="{_W - 150}" y="{24 + 14 * k}" width="10" height="10" fill="{color}"/>'
+              f'<text x="{_W - 136}" y="{33 + 14 * k}" font-size="10">{html.escape(label)}</text>')
+    return f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"/>{dots}{legend}'
+
+
+def _throughput(levels: Sequence[LevelResult]) -> str:
+    if not levels:
+        return ""
+    xs = _xs(len(levels))
+    every = [t for lv in levels for t in (*lv.base.round_output_throughput,
+                                          *lv.spec.round_output_throughput)] or [1.0]
+    ymax = max(every) * 1.1
+    body = ""
+    for k, arm in enumerate(("base", "spec")):
+        ys = [getattr(lv, arm).output_throughput for lv in levels]
+        body += _line(xs, ys, ymax, _COLORS[arm], f"{arm} (mean of rounds)", k)
+        for x, lv in zip(xs, levels, strict=True):
+            rounds = getattr(lv, arm).round_output_throughput
+            if rounds:
+                y1, y2 = (_scale(v, 0, ymax, _H - _PAD, 20) for v in (min(rounds), max(rounds)))
+                body += (f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y1:.1f}" y2="{y2:.1f}" '
+                         f'stroke="{_COLORS[arm]}" stroke-opacity="0.5" stroke-width="6"/>')
+    return _frame("Output throughput vs concurrency (bars: spread over rounds)", "concurrency",
+                  "tokens/s", ymax, body, _xticks([str(lv.concurrency) for lv in levels]))
+
+
+def _positions(lv: LevelResult | None) -> str:
+    if lv is None or not lv.acceptance.per_position:
+        return "<p>No per-position acceptance reported by the engine.</p>"
+    pos = lv.acceptance.per_position
+    xs = _xs(len(pos))
+    bw = (_W - _PAD) / max(len(pos), 1) * 0.6
+    body = "".join(
+        f'<rect x="{x - bw / 2:.1f}" y="{_scale(p, 0, 1, _H - _PAD, 20):.1f}" width="{bw:.1f}" '
+        f'height="{_H - _PAD - _scale(p, 0, 1, _H - _PAD, 20):.1f}" fill="{_COLORS["spec"]}"/>'
+        for x, p in zip(xs, pos, strict=True))
+    return _frame(f"Per-position acceptance at concurrency {lv.concurrency}", "draft position",
+                  "accepted / verification steps", 1.0, body, _xticks([str(i) for i in
+                                                                       range(len(pos))]))
+
+
+def _speedup(levels: Sequence[LevelResult]) -> str:
+    rows = [lv for lv in levels if lv.ratio is not None]
+    if not rows:
+        return "<p>No measured speed-up (needs at least two rounds per arm).</p>"
+    xs = _xs(len(rows))
+    meas = [lv.ratio.ratio for lv in rows if lv.ratio is not None]
+    pred = [lv.predicted_improvement for lv in rows]
+    ymax = max([*meas, *(p for p in pred if p is not None), 1.2]) * 1.1
+    body = _line(xs, meas, ymax, _COLORS["meas"], "measured ratio", 0)
+    if None not in pred:
+        body += _line(xs, [p or 0.0 for p in pred], ymax, _COLORS["pred"], "predicted (α, g, c)", 1)
+    one = _scale(1.0, 0, ymax, _H - _PAD, 20)
+    body += (f'<line x1="{_PAD}" x2="{_W - 10}" y1="{one:.1f}" y2="{one:.1f}" stroke="#999" '
+             f'stroke-dasharray="4 3"/>')
+    return _frame("Speed-up: predicted vs measured", "concurrency", "spec / base", ymax, body,
+                  _xticks([str(lv.concurrency) for lv in rows]))
+
+
+def _fmt(v: object, spec: str = ".3g") -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return format(v, spec)
+    return html.escape(str(v))
+
+
+def _table(levels: Sequence[LevelResult]) -> str:
+    head = ("concurrency", "base tok/s", "spec tok/s", "ratio", "CI low", "CI high",
+            "acceptance", "τ", "α", "c", "c (black box)", "predicted", "α > c")
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{c}</td>" for c in (
+            lv.concurrency, _fmt(lv.base.output_throughput, ".1f"),
+            _fmt(lv.spec.output_throughput, ".1f"),
+            _fmt(lv.ratio.ratio if lv.ratio else None), _fmt(lv.ratio.low if lv.ratio else None),
+            _fmt(lv.ratio.high if lv.ratio else None), _fmt(lv.acceptance.acceptance_rate),
+            _fmt(lv.acceptance.mean_acceptance_length), _fmt(lv.acceptance.alpha),
+            _fmt(lv.c_measured), _fmt(lv.c_black_box), _fmt(lv.predicted_improvement),
+            _fmt(lv.alpha_above_c))) + "</tr>" for lv in levels)
+    return ("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + f"</tr>{rows}</table>")
+
+
+def render_html(report: BenchReport) -> str:
+    """The whole page; no scripts, no external references."""
+    v = report.validity
+    problems = "".join(f"<li>{html.escape(p)}</li>" for p in v.problems) or "<li>none</li>"
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in report.notes)
+    p95 = report.at_p95
+    ceiling = report.ceiling
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>specbundle bench: {html.escape(report.bundle)} on {html.escape(report.engine)}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:3px 6px;font-size:13px;text-align:right}}
+figure{{display:inline-block;margin:1em}}figcaption{{font-weight:bold}}</style></head><body>
+<h1>Verification benchmark: {html.escape(report.bundle)}</h1>
+<p>Engine {html.escape(report.engine)}, run {html.escape(report.run_id)},
+{html.escape(report.created)}, specbundle {html.escape(report.tool_version)};
+{report.settings.rounds} rounds
+({html.escape(" ".join(report.settings.round_order))}), {report.settings.requests_per_level}
+requests per level, max_tokens {report.settings.max_tokens}, temperature
+{report.settings.temperature}, ignore_eos; prompts: {html.escape(report.workload_source)}
+(sha256 {report.workload_sha256[:16]}…). P95 concurrency {report.settings.p95_concurrency};
+crossover concurrency {_fmt(report.crossover_concurrency)}.</p>
+<p>ITL is reported per chunk and per token: speculation sends several tokens per chunk, so
+per-chunk ITL rises while throughput improves.</p>
+{_throughput(report.levels)}{_positions(p95)}{_speedup(report.levels)}
+<h2>Per level</h2>{_table(report.levels)}
+<h2>Concurrency ceiling</h2><p>KV capacity base {_fmt(ceiling.kv_capacity_base)}, spec
+{_fmt(ceiling.kv_capacity_spec)}, drop {_fmt(ceiling.drop)}. {html.escape(ceiling.note)}</p>
+<h2>Validity</h2><p>Token agreement {_fmt(v.token_agreement)} over {v.compared_outputs}
+outputs; engine errors {v.engine_errors}; settings equal {_fmt(v.settings_equal)}.</p>
+<ul>{problems}</ul><h2>Notes</h2><ul>{notes}</ul></body></html>
+"""

@@ -1,0 +1,214 @@
+"""The benchmark report: typed, frozen, versioned JSON with a published schema.
+
+The JSON schema (``manifests/schemas/bench-report.schema.json``) is generated from these
+dataclasses by pydantic, and the same adapter validates a report read back from the mirror,
+so the published schema, the writer and the reader cannot drift apart. Headline keys follow
+``vllm bench serve`` (``output_throughput``, ``ttft``/``tpot``/``e2el`` in ms); the two ITL
+flavours carry distinct names (``itl_chunk_ms``, ``itl_token_ms``) and never redefine "itl".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import TypeAdapter
+
+from specbundle.bench.stats import RatioCI, Summary
+
+__all__ = [
+    "SCHEMA_ID",
+    "SCHEMA_VERSION",
+    "Acceptance",
+    "ArmLevel",
+    "BenchReport",
+    "Ceiling",
+    "LevelResult",
+    "RunSettings",
+    "Validity",
+    "report_schema",
+]
+
+SCHEMA_VERSION = "specbundle.bench-report/v1"
+SCHEMA_ID = "https://specbundle.dev/schemas/bench-report/v1.json"
+
+Arm = Literal["base", "spec", "draft"]
+
+
+@dataclass(frozen=True)
+class ArmLevel:
+    """One arm at one concurrency, pooled over rounds (throughputs kept per round)."""
+
+    arm: Arm
+    concurrency: int
+    round_output_throughput: tuple[float, ...]
+    output_throughput: float
+    request_throughput: float
+    completed: int
+    failed: int
+    total_output_tokens: int
+    ttft_ms: Summary | None
+    tpot_ms: Summary | None
+    itl_chunk_ms: Summary | None
+    itl_token_ms: Summary | None
+    e2el_ms: Summary | None
+    server_output_tokens: float | None = None
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Speculation figures of the spec arm over the measured windows of one level.
+
+    ``acceptance_rate`` is the engine's accepted/proposed; ``alpha`` is Leviathan's α
+    recovered from τ and g; they differ, and both are reported.
+    """
+
+    source: Literal["counters", "gauges", "none"]
+    comparable_as_counters: bool
+    drafts: float | None
+    draft_tokens: float | None
+    accepted: float | None
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    mean_draft_length: float | None
+    per_position: tuple[float, ...]
+    depth_too_deep: bool
+    alpha: float | None
+    request_draft_tokens: float | None
+    request_accepted: float | None
+    request_cross_check: bool | None
+    gauges: dict[str, float] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """Both arms at one concurrency: the ratio with its CI and the speculation model."""
+
+    concurrency: int
+    base: ArmLevel
+    spec: ArmLevel
+    draft: ArmLevel | None
+    ratio: RatioCI | None
+    ratio_bootstrap: RatioCI | None
+    rounds_needed: int | None
+    acceptance: Acceptance
+    c_measured: float | None
+    c_black_box: float | None
+    predicted_improvement: float | None
+    alpha_above_c: bool | None
+    preemptions_base: float | None
+    preemptions_spec: float | None
+    kv_usage_end_base: float | None
+    kv_usage_end_spec: float | None
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """KV capacity (tokens) and parallel sequences the engine reports, per arm."""
+
+    kv_capacity_base: float | None
+    kv_capacity_spec: float | None
+    drop: float | None
+    max_sequences_base: int | None
+    max_sequences_spec: int | None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Validity:
+    """Checks that make the comparison fair; ``problems`` lists every failed one."""
+
+    token_agreement: float | None
+    compared_outputs: int
+    disagreeing_prompts: tuple[str, ...]
+    distinct_ngram_base: float | None
+    distinct_ngram_spec: float | None
+    degenerate_repetition: bool
+    fixed_length: bool
+    settings_equal: bool | None
+    settings_note: str
+    slots_cover_concurrency: bool | None
+    engine_errors: int
+    error_samples: tuple[str, ...]
+    spec_counters_moved: bool | None
+    base_counters_flat: bool | None
+    problems: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What was run: identical for both arms."""
+
+    endpoint: str
+    max_tokens: int
+    temperature: float
+    ignore_eos: bool
+    requests_per_level: int
+    rounds: int
+    round_order: tuple[str, ...]
+    warmup_requests: int
+    levels: tuple[int, ...]
+    p95_concurrency: int
+    confidence: float
+    mode: Literal["manifest", "base-url"]
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    """The whole verification benchmark of one bundle on one engine."""
+
+    schema_version: str
+    run_id: str
+    bundle: str
+    engine: str
+    created: str
+    tool_version: str
+    settings: RunSettings
+    workload_source: str
+    workload_sha256: str
+    prompts: int
+    server: dict[str, Any]
+    levels: tuple[LevelResult, ...]
+    crossover_concurrency: int | None
+    ceiling: Ceiling
+    validity: Validity
+    aa_noise: RatioCI | None = None
+    notes: tuple[str, ...] = ()
+
+    def level(self, concurrency: int) -> LevelResult | None:
+        """The result at one concurrency, if it was measured."""
+        return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
+
+    @property
+    def at_p95(self) -> LevelResult | None:
+        """The result at the deployment's P95 concurrency (the gate's operating point)."""
+        return self.level(self.settings.p95_concurrency)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able dict that validates against the published schema."""
+        out: dict[str, Any] = _ADAPTER.dump_python(self, mode="json")
+        return out
+
+    def to_bytes(self) -> bytes:
+        """Stable serialisation (sorted keys), the bytes whose digest admission signs."""
+        return (json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, data: Any) -> BenchReport:
+        """Validate and rebuild a stored report (raises pydantic's ValidationError)."""
+        return _ADAPTER.validate_python(data)
+
+
+_ADAPTER: TypeAdapter[BenchReport] = TypeAdapter(BenchReport)
+
+
+def report_schema() -> dict[str, Any]:
+    """The JSON schema of the report, as published in ``manifests/schemas``."""
+    schema: dict[str, Any] = _ADAPTER.json_schema(mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = SCHEMA_ID
+    schema["title"] = "specbundle verification benchmark report"
+    schema["properties"]["schema_version"]["const"] = SCHEMA_VERSION
+    return schema

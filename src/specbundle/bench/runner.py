@@ -1,0 +1,289 @@
+"""Run the A/B benchmark: same binary, prompts and concurrency, with and without speculation.
+
+Rounds interleave the arms in ABBA order (round r runs base then spec when r is even, spec
+then base when odd) so slow drift of the machine hits both alike. Each arm launch warms up
+on held-out prompts (not counted), then measures every concurrency level of the sweep
+(1, 2, 4, ... up to 2×P95, plus P95) with the same request list; ``/metrics`` is scraped
+right before and after each level so acceptance is a counter delta over exactly the
+measured window. The draft is then served alone at the same concurrencies to measure its
+per-step cost c against the baseline's. :mod:`specbundle.bench.analysis` turns the raw
+runs into the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specbundle.bench import stats
+from specbundle.bench.client import AiohttpTransport, CompletionRequest, LevelRun, run_level
+from specbundle.bench.engines import adapter_for
+from specbundle.bench.prometheus import WindowDelta, window_delta
+from specbundle.bench.servers import attach, get_json, scrape, served_model
+from specbundle.bench.workload import Workload
+from specbundle.errors import BenchError
+from specbundle.spec import BundleSpec
+
+__all__ = ["ArmData", "BenchOptions", "Launcher", "Progress", "RawRun", "sweep_levels"]
+
+#: (what is running now, steps done so far, total steps)
+Progress = Callable[[str, int, int], None]
+#: Starts one arm ("base", "spec" or "draft": the draft served alone) and yields its URL.
+Launcher = Callable[[str], AbstractContextManager[str]]
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """How to run; ``None`` fields take the bundle spec's ``bench`` settings."""
+
+    base_url: str | None = None
+    baseline_url: str | None = None
+    draft_url: str | None = None
+    measure_draft: bool = True
+    aa_rounds: int = 0  # extra baseline launches at P95 (A/A) to measure the noise floor
+    runtime: str = "shell"  # how the rendered command runs: "shell" (host binary) or "docker"
+    binary: Path | None = None
+    rounds: int | None = None
+    # Sequential extension: while the P95 ratio CI still straddles ``target_ratio`` (default:
+    # the spec's admission threshold), add ABBA pairs of rounds up to ``max_rounds``.
+    max_rounds: int | None = None
+    target_ratio: float | None = None
+    requests_per_level: int | None = None
+    max_tokens: int | None = None
+    warmup_requests: int | None = None
+    levels: tuple[int, ...] | None = None
+    confidence: float = 0.90
+    host: str = "127.0.0.1"
+    startup_timeout_s: float = 300.0
+    request_timeout_s: float = 600.0
+    run_id: str | None = None
+
+    @property
+    def mode(self) -> str:
+        """``base-url`` when servers are already running, else ``manifest``."""
+        return "base-url" if self.base_url else "manifest"
+
+
+def sweep_levels(p95: int) -> tuple[int, ...]:
+    """1, 2, 4, ... up to 2×P95, plus P95 itself."""
+    levels = {p95, 2 * p95}
+    c = 1
+    while c <= 2 * p95:
+        levels.add(c)
+        c *= 2
+    return tuple(sorted(levels))
+
+
+@dataclass
+class ArmData:
+    """Everything measured for one arm: per level, one entry per round."""
+
+    runs: dict[int, list[LevelRun]] = field(default_factory=dict)
+    deltas: dict[int, list[WindowDelta]] = field(default_factory=dict)
+    props: dict[str, Any] | None = None
+    kv_capacity: float | None = None
+    max_sequences: int | None = None
+
+
+@dataclass
+class RawRun:
+    """The raw material of a report."""
+
+    run_id: str
+    engine: str
+    levels: tuple[int, ...]
+    requests: dict[int, list[CompletionRequest]]
+    base: ArmData
+    spec: ArmData
+    draft: ArmData | None
+    aa: ArmData | None
+    round_order: tuple[str, ...]
+    settings_equal: bool | None
+    settings_note: str
+    server: dict[str, Any]
+    notes: list[str]
+
+
+class _Runner:
+    def __init__(self, spec: BundleSpec, engine: str, workload: Workload, opts: BenchOptions,
+                 launcher: Launcher | None, can_serve_draft: bool,
+                 progress: Progress | None) -> None:
+        self.spec, self.engine, self.workload, self.opts = spec, engine, workload, opts
+        self.adapter = adapter_for(engine)
+        self.launcher = launcher
+        self.can_serve_draft = can_serve_draft
+        self.progress = progress
+        b = spec.bench
+        self.rounds = opts.rounds or b.rounds
+        self.n_req = opts.requests_per_level or b.requests_per_level
+        self.max_tokens = opts.max_tokens or b.max_tokens
+        self.warmup = b.warmup_requests if opts.warmup_requests is None else opts.warmup_requests
+        self.levels = opts.levels or b.concurrency_levels or sweep_levels(
+            spec.deployment.p95_concurrency)
+        self.endpoint = b.endpoint
+        self.done = 0
+        self.notes: list[str] = []
+        self.p95 = spec.deployment.p95_concurrency
+        self.total = ((2 * self.rounds + (1 if self._has_draft() else 0)) * len(self.levels)
+                      + (opts.aa_rounds if self.p95 in self.levels else 0))
+
+    def _has_draft(self) -> bool:
+        if not self.opts.measure_draft:
+            return False
+        return self.opts.draft_url is not None or (self.launcher is not None
+                                                   and self.can_serve_draft)
+
+    def _tick(self, what: str) -> None:
+        if self.progress is not None:
+            self.progress(what, self.done, self.total)
+
+    def requests(self, prompts_offset: int, n: int) -> list[CompletionRequest]:
+        extras = dict(self.adapter.request_extras())
+        return [CompletionRequest(f"{p.id}#{prompts_offset + i}", p.text, self.max_tokens,
+                                  temperature=self.spec.speculative.temperature,
+                                  ignore_eos=True, extras=extras)
+                for i, p in enumerate(self.workload.cycle(n, prompts_offset))]
+
+    def _run(self, url: str, model: str, reqs: list[CompletionRequest], c: int) -> LevelRun:
+        async def go() -> LevelRun:
+            transport = AiohttpTransport(limit=max(c, 1),
+                                         timeout_s=self.opts.request_timeout_s)
+            try:
+                return await run_level(transport, url, reqs, c, endpoint=self.endpoint,
+                                       model=model)
+            finally:
+                await transport.aclose()
+        return asyncio.run(go())
+
+    def measure(self, arm: str, url: str, data: ArmData, reqs: dict[int, list[CompletionRequest]],
+                *, metrics: bool = True, levels: tuple[int, ...] | None = None) -> None:
+        model = served_model(url)
+        if data.props is None:
+            data.props = get_json(url, self.adapter.props_path)
+        if self.warmup:
+            warm = [CompletionRequest(p.id, p.text, self.max_tokens,
+                                      temperature=self.spec.speculative.temperature,
+                                      extras=dict(self.adapter.request_extras()))
+                    for p in (self.workload.warmup * self.warmup)[: self.warmup]]
+            self._run(url, model, warm, min(self.warmup, max(self.levels)))
+        for c in levels or self.levels:
+            self._tick(f"{arm} c={c}")
+            before = self.adapter.read_metrics(scrape(url)) if metrics else None
+            run = self._run(url, model, reqs[c], c)
+            if before is not None:
+                after = self.adapter.read_metrics(scrape(url))
+                data.deltas.setdefault(c, []).append(window_delta(before, after))
+                if data.kv_capacity is None:
+                    data.kv_capacity = self.adapter.kv_capacity(data.props, after)
+            data.runs.setdefault(c, []).append(run)
+            data.max_sequences = self.adapter.max_sequences(data.props)
+            self.done += 1
+            self._tick(f"{arm} c={c}")
+
+    @contextlib.contextmanager
+    def server(self, speculation: bool) -> Iterator[str]:
+        if self.opts.base_url or self.launcher is None:
+            url = self.opts.base_url if speculation else self.opts.baseline_url
+            if not url:
+                raise BenchError("--base-url needs --baseline-url: a benchmark compares two "
+                                 "servers, one with and one without speculation")
+            with attach(url, timeout=self.opts.startup_timeout_s) as u:
+                yield u
+            return
+        with self.launcher("spec" if speculation else "base") as u:
+            yield u
+
+    def run(self) -> RawRun:
+        reqs = {c: self.requests(i * self.n_req, self.n_req) for i, c in enumerate(self.levels)}
+        base, spec = ArmData(), ArmData()
+        order: list[str] = []
+        r = 0
+        cap = self.opts.max_rounds or 0
+        while r < self.rounds or (r < cap and ((r - self.rounds) % 2 == 1  # finish the pair
+                                               or self._inconclusive(base, spec))):
+            if r == self.rounds:
+                self.notes.append(f"CI at P95 inconclusive after {r} rounds: extended")
+                self.total += 2 * len(self.levels) * ((self.opts.max_rounds or r) - r)
+            for arm in (("base", "spec") if r % 2 == 0 else ("spec", "base")):
+                order.append(arm)
+                with self.server(arm == "spec") as url:
+                    self.measure(arm, url, spec if arm == "spec" else base, reqs)
+            r += 1
+        draft = self._draft(reqs) if self._has_draft() else None
+        aa = None
+        if self.opts.aa_rounds and self.p95 in self.levels:
+            aa = ArmData()
+            for _ in range(self.opts.aa_rounds):
+                with self.server(False) as url:
+                    self.measure("A/A", url, aa, reqs, levels=(self.p95,))
+        return RawRun(
+            run_id="", engine=self.engine, levels=tuple(self.levels), requests=reqs,
+            base=base, spec=spec, draft=draft, aa=aa, round_order=tuple(order),
+            settings_equal=None, settings_note="", server={}, notes=self.notes,
+        )
+
+    def _inconclusive(self, base: ArmData, spec: ArmData) -> bool:
+        """Whether the P95 ratio CI straddles the target (checked after whole ABBA pairs)."""
+        target = self.opts.target_ratio or self.spec.admission.min_throughput_ratio_lower_bound
+        tb = [x.output_throughput for x in base.runs.get(self.p95, [])]
+        ts = [x.output_throughput for x in spec.runs.get(self.p95, [])]
+        if len(tb) < 2 or len(ts) < 2 or min(tb + ts) <= 0:
+            return False
+        ci = stats.welch_ratio_ci(tb, ts, confidence=self.opts.confidence)
+        return ci.low < target <= ci.high
+
+    def _draft(self, reqs: dict[int, list[CompletionRequest]]) -> ArmData:
+        data = ArmData()
+        if self.opts.draft_url:
+            with attach(self.opts.draft_url, timeout=self.opts.startup_timeout_s) as u:
+                self.measure("draft", u, data, reqs, metrics=False)
+            return data
+        if self.launcher is None:
+            raise BenchError("no way to serve the draft alone")
+        with self.launcher("draft") as u:
+            self.measure("draft", u, data, reqs, metrics=False)
+        return data
+
+
+def new_run_id() -> str:
+    """Sortable, unique run id: UTC time plus a random suffix."""
+    from specbundle.mirror import utc_now
+
+    stamp = utc_now().replace(":", "").replace("-", "")
+    return f"{stamp[:15]}-{uuid.uuid4().hex[:6]}"
+
+
+def binary_env(binary: Path | None, env_name: str) -> dict[str, str]:
+    """The engine binary override for a rendered script (``LLAMA_SERVER=...``)."""
+    if binary is not None:
+        return {env_name: str(binary)}
+    found = os.environ.get(env_name)
+    return {env_name: found} if found else {}
+
+
+def resolve_program(program: tuple[str, ...], env: Mapping[str, str], env_name: str) -> list[str]:
+    """The first word of a command with the binary override applied, else from PATH."""
+    first = env.get(env_name) or shutil.which(program[0])
+    if not first:
+        raise BenchError(f"{program[0]} not found", hint=f"set {env_name} or put it on PATH")
+    return [first, *program[1:]]
+
+
+def run_raw(spec: BundleSpec, engine: str, workload: Workload, opts: BenchOptions, *,
+            launcher: Launcher | None, can_serve_draft: bool = False,
+            progress: Progress | None = None) -> RawRun:
+    """Measure both arms (and the draft alone) and return the raw runs.
+
+    ``launcher`` starts arms from the bundle's manifest; without one, the servers given by
+    URL in ``opts`` are used.
+    """
+    runner = _Runner(spec, engine, workload, opts, launcher, can_serve_draft, progress)
+    return runner.run()

@@ -1,0 +1,232 @@
+"""Pure statistics of the verification benchmark: no I/O, no clocks, deterministic.
+
+Definitions follow ``vllm bench serve`` where a headline number has a vLLM name (linear
+percentiles, population std) and Leviathan et al. 2022 (arXiv:2211.17192) for the
+speculation model: α (i.i.d. acceptance), g (draft length), c (draft/target step cost).
+The throughput ratio spec/base is analysed on the log scale, where run-to-run noise is
+multiplicative and a ratio's confidence interval is symmetric.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize
+from scipy import stats as sps
+
+__all__ = [
+    "RatioCI",
+    "Summary",
+    "acceptance_rate",
+    "alpha_from_tau",
+    "black_box_c",
+    "bootstrap_ratio_ci",
+    "crossover_concurrency",
+    "depth_collapses",
+    "distinct_ngram_ratio",
+    "mean_acceptance_length",
+    "per_position_rates",
+    "predicted_improvement",
+    "rounds_needed",
+    "summarize",
+    "welch_ratio_ci",
+]
+
+PERCENTILES = (50.0, 95.0, 99.0)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Distribution of one per-request (or per-chunk) metric, vLLM key style."""
+
+    n: int
+    mean: float
+    median: float
+    std: float
+    p50: float
+    p95: float
+    p99: float
+
+
+def summarize(values: Sequence[float]) -> Summary | None:
+    """Mean, median, population std and linear p50/p95/p99; ``None`` for no data."""
+    if not values:
+        return None
+    a = np.asarray(values, dtype=float)
+    p50, p95, p99 = (float(x) for x in np.percentile(a, PERCENTILES, method="linear"))
+    return Summary(n=int(a.size), mean=float(a.mean()), median=float(np.median(a)),
+                   std=float(a.std(ddof=0)), p50=p50, p95=p95, p99=p99)
+
+
+def acceptance_rate(accepted: float, draft_tokens: float) -> float | None:
+    """Engine draft acceptance rate, accepted / proposed draft tokens (not Leviathan's α)."""
+    return accepted / draft_tokens if draft_tokens > 0 else None
+
+
+def mean_acceptance_length(accepted: float, drafts: float) -> float | None:
+    """τ = 1 + accepted / verification steps (includes the bonus token)."""
+    return 1.0 + accepted / drafts if drafts > 0 else None
+
+
+def per_position_rates(accepted_per_pos: Sequence[float], drafts: float) -> tuple[float, ...]:
+    """Unconditional per-position acceptance p_i = accepted at position i / verification steps."""
+    if drafts <= 0:
+        return ()
+    return tuple(a / drafts for a in accepted_per_pos)
+
+
+def depth_collapses(per_pos: Sequence[float], *, ratio: float = 0.25,
+                    healthy_first: float = 0.2) -> bool:
+    """True when position 0 is healthy but acceptance after it falls below ``ratio`` of it.
+
+    A vector that collapses after the first position means the draft depth is too deep
+    for this pair (configuration, not a bad drafter); a draft that already fails at
+    position 0 is a bad drafter, not a depth problem, and is not flagged.
+    """
+    if len(per_pos) < 2 or per_pos[0] < healthy_first:
+        return False
+    return per_pos[1] < ratio * per_pos[0]
+
+
+def _expected_tokens(alpha: float, g: float) -> float:
+    if alpha >= 1.0:
+        return g + 1.0
+    return float((1.0 - alpha ** (g + 1.0)) / (1.0 - alpha))
+
+
+def alpha_from_tau(tau: float, g: float) -> float:
+    """Leviathan's α: the root of (1 − α^(g+1)) / (1 − α) = τ on [0, 1].
+
+    g is the mean draft length actually used (may be fractional). The left side is
+    increasing in α from 1 to g + 1, so τ outside that range clamps to 0 or 1.
+    """
+    if g <= 0 or tau <= 1.0:
+        return 0.0
+    if tau >= g + 1.0:
+        return 1.0
+    root = optimize.brentq(lambda a: _expected_tokens(a, g) - tau, 0.0, 1.0 - 1e-12,
+                           xtol=1e-12)
+    return float(root)
+
+
+def predicted_improvement(alpha: float, g: float, c: float) -> float:
+    """Expected walltime improvement (1 − α^(g+1)) / ((1 − α)(g·c + 1)) (Leviathan Thm 3.8)."""
+    return _expected_tokens(alpha, g) / (g * c + 1.0)
+
+
+def black_box_c(tau: float, ratio: float, g: float) -> float | None:
+    """c implied by a measured speedup: solve S = τ / (1 + g·c) for c.
+
+    It lumps draft cost and the extra cost of verifying g + 1 tokens, so it is a
+    cross-check of the independently measured c, not evidence on its own.
+    """
+    if g <= 0 or ratio <= 0:
+        return None
+    return (tau / ratio - 1.0) / g
+
+
+@dataclass(frozen=True)
+class RatioCI:
+    """Ratio spec/base of mean throughput with a two-sided confidence interval."""
+
+    ratio: float
+    low: float
+    high: float
+    confidence: float
+    method: str
+    n_base: int
+    n_spec: int
+    log_sd: float  # pooled sample sd of log throughput (the run-to-run noise)
+    dof: float
+
+
+def _clean(xs: Sequence[float]) -> np.ndarray:
+    a = np.asarray(xs, dtype=float)
+    if a.size == 0 or not np.all(np.isfinite(a)) or np.any(a <= 0):
+        raise ValueError("throughputs must be positive finite numbers")
+    return a
+
+
+def welch_ratio_ci(base: Sequence[float], spec: Sequence[float], *,
+                   confidence: float = 0.90) -> RatioCI:
+    """Welch t-interval on log throughput across rounds, exponentiated to a ratio CI.
+
+    Needs at least two rounds per arm; with zero spread the interval is the point.
+    """
+    a, b = np.log(_clean(base)), np.log(_clean(spec))
+    if a.size < 2 or b.size < 2:
+        raise ValueError("a confidence interval needs at least two rounds per arm")
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    diff = float(b.mean() - a.mean())
+    se = math.sqrt(va + vb)
+    pooled = math.sqrt((a.var(ddof=1) * (a.size - 1) + b.var(ddof=1) * (b.size - 1))
+                       / (a.size + b.size - 2))
+    if se == 0.0:
+        dof = float(a.size + b.size - 2)
+        half = 0.0
+    else:
+        dof = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+        half = float(sps.t.ppf(0.5 + confidence / 2.0, dof)) * se
+    return RatioCI(ratio=math.exp(diff), low=math.exp(diff - half), high=math.exp(diff + half),
+                   confidence=confidence, method="welch-log", n_base=int(a.size),
+                   n_spec=int(b.size), log_sd=pooled, dof=dof)
+
+
+def bootstrap_ratio_ci(base: Sequence[float], spec: Sequence[float], *, confidence: float = 0.90,
+                       resamples: int = 10_000, seed: int = 0) -> RatioCI:
+    """Percentile bootstrap of the ratio of mean throughputs (rounds resampled per arm)."""
+    a, b = _clean(base), _clean(spec)
+    rng = np.random.default_rng(seed)
+    ra = a[rng.integers(0, a.size, (resamples, a.size))].mean(axis=1)
+    rb = b[rng.integers(0, b.size, (resamples, b.size))].mean(axis=1)
+    ratios = rb / ra
+    lo, hi = np.percentile(ratios, [50 * (1 - confidence), 50 * (1 + confidence)])
+    la, lb = np.log(a), np.log(b)
+    pooled = math.sqrt(max(0.0, (la.var(ddof=1) * (a.size - 1) + lb.var(ddof=1) * (b.size - 1))
+                           / max(1, a.size + b.size - 2))) if a.size + b.size > 2 else 0.0
+    return RatioCI(ratio=float(b.mean() / a.mean()), low=float(lo), high=float(hi),
+                   confidence=confidence, method="bootstrap-percentile", n_base=int(a.size),
+                   n_spec=int(b.size), log_sd=pooled, dof=float(a.size + b.size - 2))
+
+
+def rounds_needed(ratio: float, log_sd: float, threshold: float, *,
+                  confidence: float = 0.90, cap: int = 1000) -> int | None:
+    """Rounds per arm for the Welch lower bound to clear ``threshold`` at the seen noise.
+
+    ``None`` when the observed ratio itself is not above the threshold (no number of
+    rounds makes the gate pass) or more than ``cap`` would be needed.
+    """
+    if ratio <= threshold:
+        return None
+    margin = math.log(ratio) - math.log(threshold)
+    if log_sd == 0.0:
+        return 2
+    for n in range(2, cap + 1):
+        t = float(sps.t.ppf(0.5 + confidence / 2.0, 2 * n - 2))
+        if t * log_sd * math.sqrt(2.0 / n) <= margin:
+            return n
+    return None
+
+
+def crossover_concurrency(levels: Sequence[int], lows: Sequence[float | None]) -> int | None:
+    """Largest concurrency up to which every level's lower ratio bound stays above 1."""
+    best: int | None = None
+    for level, low in sorted(zip(levels, lows, strict=True)):
+        if low is None or low <= 1.0:
+            break
+        best = level
+    return best
+
+
+def distinct_ngram_ratio(tokens: Sequence[str], n: int = 3) -> float:
+    """Distinct n-grams / all n-grams; near 0 means a degenerate repetition loop.
+
+    Repetition inflates both acceptance and throughput, so a low value invalidates a run.
+    """
+    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    if not grams:
+        return 1.0
+    return len(set(grams)) / len(grams)

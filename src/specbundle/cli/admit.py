@@ -1,0 +1,69 @@
+"""``specbundle admit BUNDLE --trust trust.yaml --key KEY``: verify, bench, gate, sign."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from specbundle.admit import Decision, Rejected, admit_bundle
+from specbundle.attest import load_signing_key
+from specbundle.cli._options import json_option, mirror_option, open_mirror
+from specbundle.cli._output import console, err_console, print_json, print_table
+from specbundle.cli.bench import bench_options, make_options, step_progress
+from specbundle.verify import load_policy
+
+__all__ = ["command"]
+
+
+def _show(d: Decision) -> None:
+    color = "green" if d.admitted else "red"
+    console.print(f"bundle [bold]{d.bundle}[/]: [{color}]{d.result}[/] "
+                  f"(VSA at attestations.jsonl line {d.vsa_line}, bench run {d.bench_run_id})")
+    print_table(None, ["criterion", "passed", "measured", "threshold"],
+                [[c.name, "yes" if c.passed else "NO", c.measured, c.threshold]
+                 for c in d.criteria])
+
+
+@click.command("admit")
+@click.argument("bundle")
+@click.option("--trust", "trust_file", required=True,
+              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Trust policy (trust.yaml).")
+@click.option("--key", "key_files", required=True, multiple=True,
+              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Private key signing the decision (PEM); repeat for several.")
+@mirror_option
+@bench_options
+@json_option
+def command(bundle: str, trust_file: Path, key_files: tuple[Path, ...], mirror_dir: Path | None,
+            engine: str, runtime: str, base_url: str | None, baseline_url: str | None,
+            draft_url: str | None,
+            binary: Path | None, rounds: int | None, max_rounds: int | None,
+            requests_per_level: int | None, max_tokens: int | None, levels: str | None,
+            aa_rounds: int, as_json: bool) -> None:
+    """Verify BUNDLE, benchmark it and admit or reject it with a signed decision (exit 5)."""
+    policy = load_policy(trust_file)
+    keys = [load_signing_key(k) for k in key_files]
+    opts = make_options(base_url, baseline_url, draft_url, binary, rounds, requests_per_level,
+                        max_tokens, levels, aa_rounds, runtime, max_rounds)
+    mirror = open_mirror(mirror_dir)
+
+    def stage(name: str) -> None:
+        if not as_json:
+            err_console.print(f"admit: {name}")
+
+    try:
+        with step_progress(not as_json) as progress:
+            decision = admit_bundle(mirror, bundle, policy=policy, keys=keys, engine=engine,
+                                    bench_options=opts, progress=progress, on_stage=stage)
+    except Rejected as err:
+        if as_json:
+            print_json(err.decision.to_json())
+        else:
+            _show(err.decision)
+        raise
+    if as_json:
+        print_json(decision.to_json())
+        return
+    _show(decision)

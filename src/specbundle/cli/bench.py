@@ -1,0 +1,145 @@
+"""``specbundle bench BUNDLE --engine E``: A/B benchmark with and without speculation."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from specbundle.bench import BenchOptions, BenchReport, report_path, run_bench
+from specbundle.bench.runner import Progress as ProgressFn
+from specbundle.cli._options import json_option, mirror_option, open_mirror
+from specbundle.cli._output import console, err_console, print_json, print_table
+
+__all__ = ["bench_options", "command", "show_report", "step_progress"]
+
+
+@contextlib.contextmanager
+def step_progress(enabled: bool) -> Iterator[ProgressFn | None]:
+    """A rich bar over the benchmark's measured steps (stderr; off with --json)."""
+    if not enabled or not err_console.is_terminal:
+        yield None
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console) as bar:
+        task = bar.add_task("starting", total=None)
+
+        def update(what: str, done: int, total: int) -> None:
+            bar.update(task, description=what, completed=done, total=total)
+
+        yield update
+
+
+def _fmt(v: float | None, spec: str = ".3f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def show_report(report: BenchReport, path: Path) -> None:
+    """Human summary: one row per concurrency level, then validity and notes."""
+    console.print(f"bench [bold]{report.bundle}[/] on {report.engine}: run {report.run_id} "
+                  f"({report.settings.rounds} rounds {' '.join(report.settings.round_order)})")
+    rows: list[list[object]] = []
+    for lv in report.levels:
+        r, a = lv.ratio, lv.acceptance
+        rows.append([lv.concurrency, _fmt(lv.base.output_throughput, ".0f"),
+                     _fmt(lv.spec.output_throughput, ".0f"),
+                     _fmt(r.ratio if r else None, ".2f"),
+                     f"{_fmt(r.low if r else None, '.2f')}-{_fmt(r.high if r else None, '.2f')}",
+                     _fmt(a.acceptance_rate, ".2f"), _fmt(a.mean_acceptance_length, ".1f"),
+                     _fmt(a.alpha, ".2f"), _fmt(lv.c_measured, ".2f"),
+                     _fmt(lv.predicted_improvement, ".2f"),
+                     _fmt(lv.spec.itl_chunk_ms.p50 if lv.spec.itl_chunk_ms else None, ".2f"),
+                     _fmt(lv.spec.itl_token_ms.p50 if lv.spec.itl_token_ms else None, ".2f")])
+    print_table(f"output tok/s, ratio spec/base with its {report.settings.confidence:.0%} CI; "
+                "ITL p50 in ms per chunk and per token",
+                ["conc", "base", "spec", "ratio", "CI", "acc", "τ", "α", "c", "pred",
+                 "itl/chunk", "itl/tok"], rows)
+    v = report.validity
+    console.print(f"token agreement {_fmt(v.token_agreement)} over {v.compared_outputs} outputs; "
+                  f"engine errors {v.engine_errors}; crossover concurrency "
+                  f"{report.crossover_concurrency or '-'}; KV ceiling drop "
+                  f"{_fmt(report.ceiling.drop)}")
+    for p in v.problems:
+        console.print(f"[red]invalid:[/] {p}")
+    for n in report.notes:
+        console.print(f"note: {n}")
+    console.print(f"report: {path} (+ report.html)")
+
+
+def bench_options(f: click.decorators.FC) -> click.decorators.FC:
+    """Options shared by ``bench`` and ``admit``."""
+    for opt in reversed([
+        click.option("--engine", default="llamacpp", show_default=True,
+                     type=click.Choice(["llamacpp", "vllm", "sglang"]), help="Serving engine."),
+        click.option("--runtime", default="shell", show_default=True,
+                     type=click.Choice(["shell", "docker"]),
+                     help="Run the rendered command with the host binary or in the bundle's "
+                          "loaded engine image."),
+        click.option("--base-url", default=None,
+                     help="An already running speculative server (skips the manifest)."),
+        click.option("--baseline-url", default=None,
+                     help="The already running baseline server (with --base-url)."),
+        click.option("--draft-url", default=None,
+                     help="The draft served alone (with --base-url), to measure c."),
+        click.option("--binary", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="Engine binary for the rendered script (e.g. llama-server)."),
+        click.option("--rounds", type=click.IntRange(2, 64), default=None,
+                     help="ABBA rounds (default: the spec's bench.rounds)."),
+        click.option("--max-rounds", type=click.IntRange(2, 64), default=None,
+                     help="While the P95 ratio CI straddles the admission threshold, add ABBA "
+                          "round pairs up to this many rounds."),
+        click.option("--requests", "requests_per_level", type=click.IntRange(1), default=None,
+                     help="Requests per concurrency level."),
+        click.option("--max-tokens", type=click.IntRange(1), default=None,
+                     help="Output tokens per request."),
+        click.option("--levels", default=None,
+                     help="Comma-separated concurrency levels (default: 1,2,4,..,2xP95 + P95)."),
+        click.option("--aa-rounds", type=click.IntRange(0, 64), default=0, show_default=True,
+                     help="Extra baseline launches at P95 (A/A) to measure the noise floor."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def make_options(base_url: str | None, baseline_url: str | None, draft_url: str | None,
+                 binary: Path | None, rounds: int | None, requests_per_level: int | None,
+                 max_tokens: int | None, levels: str | None, aa_rounds: int = 0,
+                 runtime: str = "shell", max_rounds: int | None = None) -> BenchOptions:
+    """BenchOptions from the shared flags."""
+    parsed = None
+    if levels:
+        try:
+            parsed = tuple(sorted({int(x) for x in levels.split(",") if x.strip()}))
+        except ValueError:
+            raise click.BadParameter("comma-separated integers", param_hint="--levels") from None
+        if not parsed or min(parsed) < 1:
+            raise click.BadParameter("positive integers", param_hint="--levels")
+    return BenchOptions(base_url=base_url, baseline_url=baseline_url, draft_url=draft_url,
+                        binary=binary, rounds=rounds, requests_per_level=requests_per_level,
+                        max_tokens=max_tokens, levels=parsed, aa_rounds=aa_rounds,
+                        runtime=runtime, max_rounds=max_rounds)
+
+
+@click.command("bench")
+@click.argument("bundle")
+@mirror_option
+@bench_options
+@json_option
+def command(bundle: str, mirror_dir: Path | None, engine: str, runtime: str,
+            base_url: str | None,
+            baseline_url: str | None, draft_url: str | None, binary: Path | None,
+            rounds: int | None, max_rounds: int | None, requests_per_level: int | None,
+            max_tokens: int | None, levels: str | None, aa_rounds: int, as_json: bool) -> None:
+    """Benchmark BUNDLE with and without speculation (same engine, prompts, concurrency)."""
+    opts = make_options(base_url, baseline_url, draft_url, binary, rounds, requests_per_level,
+                        max_tokens, levels, aa_rounds, runtime, max_rounds)
+    mirror = open_mirror(mirror_dir)
+    with step_progress(not as_json) as progress:
+        report = run_bench(mirror, bundle, engine=engine, options=opts, progress=progress)
+    if as_json:
+        print_json(report.to_json())
+        return
+    show_report(report, report_path(mirror, bundle, report.run_id))

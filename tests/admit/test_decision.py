@@ -1,0 +1,124 @@
+"""The gate is a pure function: every criterion, fail-closed on anything unmeasured."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from specbundle.admit import evaluate
+from specbundle.bench.report import (
+    SCHEMA_VERSION,
+    Acceptance,
+    ArmLevel,
+    BenchReport,
+    Ceiling,
+    LevelResult,
+    RunSettings,
+    Validity,
+)
+from specbundle.bench.stats import welch_ratio_ci
+from specbundle.spec import AdmissionThresholds
+
+
+def _arm(arm: str, tps: tuple[float, ...]) -> ArmLevel:
+    return ArmLevel(arm=arm, concurrency=4, round_output_throughput=tps,  # type: ignore[arg-type]
+                    output_throughput=sum(tps) / len(tps), request_throughput=1.0, completed=8,
+                    failed=0, total_output_tokens=256, ttft_ms=None, tpot_ms=None,
+                    itl_chunk_ms=None, itl_token_ms=None, e2el_ms=None)
+
+
+def _report(base: tuple[float, ...] = (100.0, 102.0, 98.0, 101.0),
+            spec: tuple[float, ...] = (150.0, 152.0, 149.0, 151.0), *, alpha: float | None = 0.8,
+            c: float | None = 0.1, drop: float | None = 0.0, pre: tuple[float | None, float |
+                                                                          None] = (0.0, 0.0),
+            agreement: float | None = 1.0, errors: int = 0,
+            problems: tuple[str, ...] = ()) -> BenchReport:
+    acc = Acceptance(source="counters", comparable_as_counters=True, drafts=100.0,
+                     draft_tokens=400.0, accepted=300.0, acceptance_rate=0.75,
+                     mean_acceptance_length=4.0, mean_draft_length=4.0,
+                     per_position=(0.9, 0.8, 0.7, 0.6), depth_too_deep=False, alpha=alpha,
+                     request_draft_tokens=400.0, request_accepted=300.0, request_cross_check=True)
+    lv = LevelResult(concurrency=4, base=_arm("base", base), spec=_arm("spec", spec), draft=None,
+                     ratio=welch_ratio_ci(base, spec), ratio_bootstrap=None, rounds_needed=2,
+                     acceptance=acc, c_measured=c, c_black_box=0.2, predicted_improvement=2.0,
+                     alpha_above_c=None if alpha is None or c is None else alpha > c,
+                     preemptions_base=pre[0], preemptions_spec=pre[1], kv_usage_end_base=None,
+                     kv_usage_end_spec=None)
+    validity = Validity(token_agreement=agreement, compared_outputs=32, disagreeing_prompts=(),
+                        distinct_ngram_base=0.9, distinct_ngram_spec=0.9,
+                        degenerate_repetition=False, fixed_length=True, settings_equal=True,
+                        settings_note="", slots_cover_concurrency=True, engine_errors=errors,
+                        error_samples=("HTTP 500: boom",) if errors else (),
+                        spec_counters_moved=True, base_counters_flat=True, problems=problems)
+    settings = RunSettings(endpoint="completions", max_tokens=64, temperature=0.0,
+                           ignore_eos=True, requests_per_level=8, rounds=4,
+                           round_order=("base", "spec") * 4, warmup_requests=2, levels=(4,),
+                           p95_concurrency=4, confidence=0.9, mode="manifest")
+    return BenchReport(schema_version=SCHEMA_VERSION, run_id="r1", bundle="b", engine="vllm",
+                       created="2026-11-29T00:00:00Z", tool_version="0", settings=settings,
+                       workload_source="built-in", workload_sha256="0" * 64, prompts=14,
+                       server={}, levels=(lv,), crossover_concurrency=4,
+                       ceiling=Ceiling(1000.0, 1000.0 * (1 - (drop or 0.0)), drop, None, None),
+                       validity=validity)
+
+
+T = AdmissionThresholds()
+
+
+def test_a_clear_win_passes_every_criterion() -> None:
+    gate = evaluate(_report(), T)
+    assert gate.admitted and gate.reasons == ()
+    assert [c.name for c in gate.criteria] == [
+        "throughput_ratio", "alpha_above_c", "ceiling_drop", "preemption_increase",
+        "engine_errors", "token_agreement", "validity"]
+
+
+def test_alpha_not_above_c_names_both_values() -> None:
+    gate = evaluate(_report(alpha=0.05, c=0.2), T)
+    assert not gate.admitted
+    assert gate.reasons == ("alpha_above_c: α = 0.050 ≤ c = 0.200: no speed-up is possible at "
+                            "any draft depth",)
+
+
+def test_noisy_ratio_fails_on_its_lower_bound_and_says_how_many_rounds() -> None:
+    gate = evaluate(_report(base=(100.0, 140.0), spec=(130.0, 170.0)), T)
+    (reason,) = gate.reasons
+    assert reason.startswith("throughput_ratio:") and "lower bound" in reason
+
+
+def test_every_failed_criterion_is_listed() -> None:
+    gate = evaluate(_report(spec=(90.0, 91.0, 89.0, 90.0), alpha=0.1, c=0.3, drop=0.25,
+                            pre=(0.0, 3.0), agreement=0.5, errors=2,
+                            problems=("degenerate repetition in the outputs",)), T)
+    names = [r.split(":")[0] for r in gate.reasons]
+    assert names == ["throughput_ratio", "alpha_above_c", "ceiling_drop", "preemption_increase",
+                     "engine_errors", "token_agreement", "validity"]
+
+
+@pytest.mark.parametrize(("kw", "name"), [
+    ({"alpha": None}, "alpha_above_c"), ({"c": None}, "alpha_above_c"),
+    ({"drop": None}, "ceiling_drop"), ({"pre": (None, 0.0)}, "preemption_increase"),
+    ({"agreement": None}, "token_agreement"),
+])
+def test_unmeasured_means_rejected(kw: dict[str, object], name: str) -> None:
+    gate = evaluate(_report(**kw), T)  # type: ignore[arg-type]
+    assert not gate.admitted
+    assert any(r.startswith(name) and "unmeasured" in r for r in gate.reasons)
+
+
+def test_missing_p95_level_is_unmeasured() -> None:
+    r = _report()
+    r = replace(r, settings=replace(r.settings, p95_concurrency=32))
+    gate = evaluate(r, T)
+    assert any(x.startswith("throughput_ratio:") and "unmeasured" in x for x in gate.reasons)
+
+
+def test_alpha_check_can_be_switched_off_by_the_spec() -> None:
+    gate = evaluate(_report(alpha=0.05, c=0.2), T.model_copy(update={"require_alpha_above_c": False}))
+    assert gate.admitted
+
+
+def test_report_round_trips_through_json() -> None:
+    r = _report()
+    assert BenchReport.from_json(r.to_json()) == r
