@@ -11,16 +11,16 @@ import contextlib
 import importlib
 import importlib.util
 import os
-import signal
 import socket
-import subprocess
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+
+from specbundle.bench.servers import launch
+from specbundle.errors import BenchError
 
 __all__ = ["EngineStartError", "complete", "find_llama_server", "free_port", "llama_server",
            "metrics", "spec_args"]
@@ -63,13 +63,6 @@ def spec_args(draft_gguf: Path, *, n_max: int = 8, p_min: float = 0.0) -> list[s
             "--spec-draft-n-max", str(n_max), "--spec-draft-p-min", str(p_min)]
 
 
-def _log_tail(log: Path, n: int = 40) -> str:
-    try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return "(no log)"
-
-
 @contextlib.contextmanager
 def llama_server(
     binary: Path, model: Path, args: Sequence[str] = (), *, log: Path,
@@ -77,41 +70,20 @@ def llama_server(
 ) -> Iterator[str]:
     """Run ``llama-server -m model args...`` on 127.0.0.1 and yield its base URL.
 
-    Waits for ``/health`` to answer 200 (it answers 503 while loading); the process group is
-    killed on exit, whatever happened inside the block.
+    Uses the benchmark's own launcher: it waits for ``/health`` to answer 200 (503 while
+    loading) and kills the process group on exit, whatever happened inside the block.
     """
     port = free_port()
     argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
             "-c", str(ctx), "-t", str(threads), "-np", "1", "--offline", *args]
-    env = {**os.environ, "LLAMA_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost"}
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise EngineStartError(f"llama-server exited with {proc.returncode}:\n"
-                                       f"{_log_tail(log)}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(url + "/health", timeout=2.0, trust_env=False).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise EngineStartError(f"llama-server not healthy after {timeout}s:\n"
-                                       f"{_log_tail(log)}")
-            time.sleep(0.1)
-        yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        with launch(argv, env={"LLAMA_OFFLINE": "1"}, host="127.0.0.1", port=port, log=log,
+                    timeout=timeout) as url:
+            yield url
+    except BenchError as err:
+        if "not healthy" in err.message or "exited" in err.message:
+            raise EngineStartError(err.message) from err
+        raise
 
 
 def complete(url: str, prompt: str, *, n_predict: int = 128, timeout: float = 120.0,

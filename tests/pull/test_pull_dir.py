@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from specbundle.digest import hash_file
+from specbundle.errors import SpecError
 from specbundle.mirror import Mirror
 from specbundle.pull import pull_bundle
 from specbundle.spec import load_spec
@@ -71,3 +72,18 @@ def test_interrupted_dir_pull_resumes_with_a_range(tmp_path: Path) -> None:
     assert big is not None and big.size > 24 << 20
     assert hash_file(m.snapshot_dir("local/target", res.record.target.commit)
                      / "model-big.safetensors") == big.sha256
+
+
+def test_prompts_file_ships_inside_the_bundle(tmp_path: Path) -> None:
+    make_model_dir(tmp_path / "t", seed=1)
+    make_model_dir(tmp_path / "d", seed=2)
+    spec_path = _spec(tmp_path)
+    spec_path.write_text(spec_path.read_text() + "bench: {prompts_file: prompts/p.jsonl}\n")
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "p.jsonl").write_text('{"prompt": "hi"}\n')
+    m = Mirror(tmp_path / "m")
+    pull_bundle(load_spec(spec_path), m, spec_dir=tmp_path)
+    assert m.read_bundle_file("local", "prompts/p.jsonl") == b'{"prompt": "hi"}\n'
+    (tmp_path / "prompts" / "p.jsonl").unlink()
+    with pytest.raises(SpecError, match=r"bench\.prompts_file"):
+        pull_bundle(load_spec(spec_path), m, spec_dir=tmp_path)

@@ -22,7 +22,7 @@ import yaml
 
 from specbundle.admit import Rejected, admit_bundle
 from specbundle.attest import SigningKey, generate_key, load_signing_key, write_private_key
-from specbundle.audit import audit
+from specbundle.audit import audit, write_checkpoint
 from specbundle.bench import BenchOptions
 from specbundle.cli._output import console, print_json
 from specbundle.localhub import publish_repo, serve_hub
@@ -207,11 +207,12 @@ def _isolated_side(mirror: Mirror, spec: BundleSpec, work: Path, run: _Run) -> N
         verdict = "ADMITTED" if decision.admitted else "REJECTED: " + "; ".join(decision.reasons)
         info["summary"] = f"bench (with vs without speculation) -> {verdict} ({figures})"
     with run.stage("audit") as info:
+        write_checkpoint(mirror, [key])  # a signed checkpoint over the event log's head
         trail = audit(mirror, DRAFT_REPO, policy=policy)
         info["broken"] = trail.broken
         info["summary"] = ("draft provenance chain " + ("BROKEN" if trail.broken else "verified")
                            + f": {len(trail.bundles)} bundle(s), event log "
-                           + ("ok" if trail.log.ok else "broken"))
+                           + ("ok" if trail.log.ok else "broken") + " with a signed checkpoint")
 
 
 @click.command("demo")
