@@ -48,8 +48,8 @@ def assemble(
 def python_probe(port: int, path: str) -> tuple[str, ...]:
     """A container health check that needs only Python (present in vLLM and SGLang images)."""
     code = (
-        "import sys,urllib.request;"
-        f"sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:{port}{path}',timeout=5)"
-        ".status==200 else 1)"
+        "import urllib.request;"
+        f"raise SystemExit(0 if urllib.request.urlopen('http://127.0.0.1:{port}{path}',"
+        "timeout=5).status==200 else 1)"
     )
     return ("python3", "-c", code)
