@@ -335,4 +335,8 @@ class Mirror:
                     ref.unlink()
             if not dry and not any((mdir / "snapshots").glob("*")):
                 shutil.rmtree(mdir)
+        # pull's journals of verified digests: useless once their snapshot is gone
+        for journal in sorted(self.root.glob("journal/models--*/*.json")):
+            if (journal.parent.name, journal.stem) not in live_dirs and not dry:
+                journal.unlink()
         return removed

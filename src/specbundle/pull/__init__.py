@@ -178,6 +178,8 @@ def _commit(spec: BundleSpec, mirror: Mirror, records: dict[str, ArtifactRecord]
         record = BundleRecord(
             name=spec.name, spec=dump_spec(spec), target=target, draft=draft,
             created=utc_now(), tool_version=__version__,
+            # blobs other stages attached (engine image archives) stay with the bundle
+            extra_blobs=previous.extra_blobs if previous is not None else (),
         )
         mirror.save_bundle(record)
         mirror.append_event("pull", spec.name, {
