@@ -22,12 +22,17 @@ from specbundle.verify import TrustPolicy, parse_policy
 from tests.audit.builders import bundle_spec, small_pair
 
 
-def policy_for(keys: dict[str, SigningKey], *, scope: str = "*") -> TrustPolicy:
-    """A trust policy trusting ``keys`` (by name) for every repo and bundle."""
+def policy_yaml(keys: dict[str, SigningKey], *, scope: str = "*") -> str:
+    """trust.yaml text trusting ``keys`` (by name) for every repo and bundle."""
     doc = {"apiVersion": "specbundle/v1", "kind": "TrustPolicy", "keys": [
         {"name": n, "fingerprint": k.fingerprint, "public_key": k.public.pem.decode(),
          "repos": [scope], "bundles": [scope]} for n, k in keys.items()]}
-    return parse_policy(yaml.safe_dump(doc).encode(), source="trust.yaml")
+    return yaml.safe_dump(doc)
+
+
+def policy_for(keys: dict[str, SigningKey], *, scope: str = "*") -> TrustPolicy:
+    """A trust policy trusting ``keys`` (by name) for every repo and bundle."""
+    return parse_policy(policy_yaml(keys, scope=scope).encode(), source="trust.yaml")
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ Public API (stable; other stages code against it)::
     # predicate types                                          (specbundle.attest.predicates)
     SLSA_PROVENANCE_V1 (fetch provenance), SCAN_RESULT (in-toto test-result v0.1),
     PAIR_BINDING_V1, BENCH_EVIDENCE_V1, SLSA_VSA_V1 (admission), TRANSFER_INDEX_V1,
-    OMS_SIGNATURE_V1; PREDICATE_BY_KIND / KIND_BY_PREDICATE map policy kind names
+    OMS_SIGNATURE_V1, REVOCATION_V1 (key revocation, event log); PREDICATE_BY_KIND /
+    KIND_BY_PREDICATE map policy kind names
     ("fetch-provenance", "scan-result", "pair-binding", "bench-evidence", "admission",
     "transfer-index") to URIs. Time field: provenance runDetails.metadata.finishedOn,
     VSA timeVerified, every other predicate ``timeCreated`` (RFC 3339, UTC).
@@ -101,6 +102,7 @@ from specbundle.attest.predicates import (
     OMS_SIGNATURE_V1,
     PAIR_BINDING_V1,
     PREDICATE_BY_KIND,
+    REVOCATION_V1,
     SCAN_RESULT,
     SLSA_PROVENANCE_V1,
     SLSA_VSA_V1,
@@ -129,6 +131,7 @@ __all__ = [
     "OMS_SIGNATURE_V1",
     "PAIR_BINDING_V1",
     "PREDICATE_BY_KIND",
+    "REVOCATION_V1",
     "SCAN_RESULT",
     "SLSA_PROVENANCE_V1",
     "SLSA_VSA_V1",

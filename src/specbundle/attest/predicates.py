@@ -19,6 +19,7 @@ __all__ = [
     "OMS_SIGNATURE_V1",
     "PAIR_BINDING_V1",
     "PREDICATE_BY_KIND",
+    "REVOCATION_V1",
     "SCAN_CONFIGURATION_V1",
     "SCAN_RESULT",
     "SLSA_PROVENANCE_V1",
@@ -38,6 +39,9 @@ SLSA_VSA_V1 = "https://slsa.dev/verification_summary/v1"
 PAIR_BINDING_V1 = f"{SPECBUNDLE_URI}/attestation/pair-binding/v1"
 BENCH_EVIDENCE_V1 = f"{SPECBUNDLE_URI}/attestation/bench-evidence/v1"
 TRANSFER_INDEX_V1 = f"{SPECBUNDLE_URI}/attestation/transfer-index/v1"
+#: A key revocation (recorded in the mirror's event log, not a bundle statement, so it has
+#: no policy *kind*): subject = the revoked fingerprint, predicate = reason + ``timeCreated``.
+REVOCATION_V1 = f"{SPECBUNDLE_URI}/attestation/revocation/v1"
 
 #: ``buildDefinition.buildType`` of the fetch provenance (pull is the "build").
 FETCH_BUILD_TYPE_V1 = f"{SPECBUNDLE_URI}/build/fetch/v1"

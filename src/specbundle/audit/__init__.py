@@ -9,8 +9,10 @@ and engine images. Each fact carries a :class:`Link` status; a failed, missing o
 unverifiable link breaks the chain (exit 3 in the CLI).
 
 The event log is verified as a hash chain with signed checkpoints (:mod:`.chain`,
-:mod:`.checkpoint`); :mod:`.queries` answers the auditor's cross-bundle questions;
-:mod:`.bom` exports a CycloneDX 1.6 ML-BOM and :mod:`.html` a self-contained report.
+:mod:`.checkpoint`); signed key revocations in that log (:mod:`.revocation`) fail everything
+the revoked key signed, even while the policy lists it; :mod:`.queries` answers the auditor's
+cross-bundle questions; :mod:`.bom` exports a CycloneDX 1.6 ML-BOM and :mod:`.html` a
+self-contained report.
 """
 
 from specbundle.audit.chain import ChainIssue, ChainReport, verify_chain, verify_log
@@ -35,6 +37,12 @@ from specbundle.audit.model import (
     RenderAudit,
     ScanAudit,
 )
+from specbundle.audit.revocation import (
+    Revocation,
+    RevocationCheck,
+    read_revocations,
+    revoke_key,
+)
 from specbundle.audit.trail import audit, audit_bundle, resolve_subject
 
 __all__ = [
@@ -53,11 +61,15 @@ __all__ = [
     "Link",
     "LogVerification",
     "RenderAudit",
+    "Revocation",
+    "RevocationCheck",
     "ScanAudit",
     "audit",
     "audit_bundle",
     "read_checkpoints",
+    "read_revocations",
     "resolve_subject",
+    "revoke_key",
     "verify_chain",
     "verify_events",
     "verify_log",

@@ -4,7 +4,8 @@ A checkpoint is an in-toto statement (predicate ``log-checkpoint/v1``) whose sub
 digest of the log entry at ``seq``, signed into a DSSE envelope and appended to
 ``audit/checkpoints.jsonl`` in the mirror; a ``checkpoint`` event then records it in the log
 itself. Verification trusts only checkpoints signed by a key of the current trust policy, so
-a forged or revoked checkpoint cannot vouch for a rewritten log.
+a forged or revoked checkpoint cannot vouch for a rewritten log; the same goes for a
+checkpoint signed by a key that a trusted ``revocation`` event of the log revoked.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ from specbundle.attest import (
     check_statement,
     sign_statement,
 )
-from specbundle.audit.chain import ChainReport, verify_log
+from specbundle.audit.chain import ChainReport, read_events_lenient, verify_log
+from specbundle.audit.revocation import RevocationCheck, check_revocations
 from specbundle.digest import is_sha256, sha256_bytes
 from specbundle.errors import UsageError, VerificationError
 from specbundle.mirror import Mirror, utc_now
@@ -70,11 +72,12 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class LogVerification:
-    """The chain report plus every checkpoint and whether it could be used."""
+    """The chain report, every checkpoint and whether it could be used, and the revocations."""
 
     chain: ChainReport
     checkpoints: tuple[Checkpoint, ...]
     problems: tuple[str, ...]
+    revocations: RevocationCheck = field(default_factory=RevocationCheck)
 
     @property
     def ok(self) -> bool:
@@ -85,7 +88,7 @@ class LogVerification:
         """JSON form."""
         return {"ok": self.ok, "chain": self.chain.to_json(),
                 "checkpoints": [c.to_json() for c in self.checkpoints],
-                "problems": list(self.problems)}
+                "problems": list(self.problems), **self.revocations.to_json()}
 
 
 def _path(mirror: Mirror) -> Path:
@@ -126,8 +129,10 @@ def read_checkpoints(mirror: Mirror, trusted: Iterable[PublicKey]) -> tuple[Chec
 
 
 def verify_events(mirror: Mirror, trusted: Sequence[PublicKey]) -> LogVerification:
-    """Verify the event log against itself and against every trusted checkpoint."""
+    """Verify the event log against itself and every trusted, unrevoked checkpoint."""
     cps = read_checkpoints(mirror, trusted)
+    revocations = check_revocations(read_events_lenient(mirror.events_path), trusted)
+    revoked = revocations.revoked
     usable: dict[int, str] = {}
     if trusted:
         problems = [p for c in cps for p in c.problems]
@@ -137,10 +142,14 @@ def verify_events(mirror: Mirror, trusted: Sequence[PublicKey]) -> LogVerificati
     for c in cps:
         if not c.trusted:
             continue
+        if gone := sorted(c.signers & revoked.keys()):
+            problems += [f"checkpoint line {c.line} (seq {c.seq}) is signed by key {fp[:16]}…, "
+                         f"{revoked[fp].detail}; not used" for fp in gone]
+            continue
         if usable.setdefault(c.seq, c.digest) != c.digest:
             problems.append(f"two trusted checkpoints disagree about seq {c.seq}")
     chain = verify_log(mirror.events_path, usable)
-    return LogVerification(chain, cps, tuple(problems))
+    return LogVerification(chain, cps, tuple(problems), revocations)
 
 
 def write_checkpoint(mirror: Mirror, keys: Sequence[SigningKey]) -> Checkpoint:
@@ -149,6 +158,10 @@ def write_checkpoint(mirror: Mirror, keys: Sequence[SigningKey]) -> Checkpoint:
         raise UsageError("no signing key given", hint="pass --key KEY.pem")
     with mirror.lock():
         check = verify_events(mirror, [k.public for k in keys])
+        if gone := [k for k in keys if k.fingerprint in check.revocations.revoked]:
+            raise VerificationError(
+                f"refusing to checkpoint with key {gone[0].fingerprint[:16]}…: "
+                + check.revocations.revoked[gone[0].fingerprint].detail)
         if not check.chain.ok:
             raise VerificationError(
                 "refusing to checkpoint a broken event log: "

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from specbundle.audit.checkpoint import LogVerification
+from specbundle.audit.revocation import Revocation
 
 __all__ = [
     "ArtifactAudit",
@@ -197,6 +198,14 @@ class AuditReport:
     def broken(self) -> bool:
         """Exit 3: a bundle's chain or the event log does not verify."""
         return not self.log.ok or any(b.broken for b in self.bundles)
+
+    @property
+    def revoked_signers(self) -> tuple[Revocation, ...]:
+        """Trusted revocations of keys that signed evidence shown in this report."""
+        used = {fp for b in self.bundles for fp in (
+            *(s for a in b.artifacts for s in a.model_sig_signers),
+            *(s for t in b.attestations for s in t.signers))}
+        return tuple(r for fp, r in sorted(self.log.revocations.revoked.items()) if fp in used)
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""

@@ -4,7 +4,8 @@
 * :func:`admitted_by`: which drafts a given key admitted (signature verified with that key);
 * :func:`admissions_older_than`: bundles whose newest admission is older than N days;
 * :func:`no_longer_verifying`: bundles whose signatures fail under the *current* policy
-  (e.g. a key was revoked by removing it), naming each failing signature.
+  (a key removed from it, or revoked by a trusted ``revocation`` event of the log), naming
+  each failing signature.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from specbundle.attest import SLSA_VSA_V1, check_statement, read_attestations
 from specbundle.audit.model import Link
+from specbundle.audit.revocation import revoked_keys
 from specbundle.audit.trail import audit_bundle
 from specbundle.errors import SpecbundleError, UsageError, VerificationError
 from specbundle.images import read_image_records
@@ -165,10 +167,12 @@ def admissions_older_than(
 
 
 def no_longer_verifying(mirror: Mirror, policy: TrustPolicy) -> tuple[Unverifiable, ...]:
-    """Bundles with a model.sig or attestation that fails under ``policy`` (no re-hash)."""
+    """Bundles with a model.sig or attestation that fails under ``policy`` or was signed by a
+    revoked key (no re-hash)."""
     out: list[Unverifiable] = []
+    revoked = revoked_keys(mirror, policy.public_keys)
     for name in mirror.bundle_names():
-        ba = audit_bundle(mirror, name, policy, rehash=False)
+        ba = audit_bundle(mirror, name, policy, rehash=False, revoked=revoked)
         sig_links = [a.model_sig for a in ba.artifacts] + [a.link for a in ba.attestations]
         failing = tuple(x for x in sig_links if x.status == "failed")
         if failing:

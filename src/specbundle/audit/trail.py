@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -12,13 +13,14 @@ from specbundle.audit.chain import read_events_lenient
 from specbundle.audit.checkpoint import verify_events
 from specbundle.audit.collect import artifact_audit, attestation_audits, scan_audit
 from specbundle.audit.evidence import admissions, bench_audits, image_audits, render_audits
-from specbundle.audit.model import ArtifactAudit, AuditReport, BundleAudit, Link
+from specbundle.audit.model import ArtifactAudit, AttestationAudit, AuditReport, BundleAudit, Link
+from specbundle.audit.revocation import Revocation, revoked_keys
 from specbundle.errors import BundleNotFound
 from specbundle.mirror import Mirror, utc_now
 from specbundle.record import BundleRecord
 from specbundle.verify.policy import TrustPolicy
 
-__all__ = ["audit", "audit_bundle", "resolve_subject"]
+__all__ = ["apply_revocations", "audit", "audit_bundle", "resolve_subject"]
 
 _HEX = re.compile(r"^[0-9a-f]{7,64}$")
 
@@ -63,15 +65,46 @@ def _required(rec: BundleRecord, kinds: set[str]) -> list[Link]:
             for k in need if k not in kinds]
 
 
+def _revoked_link(link: Link, signers: Iterable[str], revoked: Mapping[str, Revocation],
+                  policy: TrustPolicy | None) -> Link:
+    hit = sorted(fp for fp in signers if fp in revoked)
+    if not hit:
+        return link
+    why = "; ".join(f"signed by key {k.name if policy and (k := policy.key(fp)) else fp[:16]} "
+                    f"({fp[:16]}…), {revoked[fp].detail}" for fp in hit)
+    if link.status != "ok" and link.detail:  # keep any earlier failure visible too
+        why = f"{why}; also {link.status}: {link.detail}"
+    return Link(link.name, "failed", why)
+
+
+def apply_revocations(
+    artifacts: Sequence[ArtifactAudit], attestations: Sequence[AttestationAudit],
+    revoked: Mapping[str, Revocation], policy: TrustPolicy | None,
+) -> tuple[tuple[ArtifactAudit, ...], tuple[AttestationAudit, ...]]:
+    """Fail every model.sig and attestation a revoked key signed, even if the policy lists it."""
+    arts = tuple(replace(a, model_sig=_revoked_link(a.model_sig, a.model_sig_signers, revoked,
+                                                    policy)) for a in artifacts)
+    atts = tuple(replace(t, link=_revoked_link(t.link, t.signers, revoked, policy))
+                 for t in attestations)
+    return arts, atts
+
+
 def audit_bundle(
     mirror: Mirror, name: str, policy: TrustPolicy | None, *, rehash: bool = True,
-    events: Sequence[dict[str, Any]] = (),
+    events: Sequence[dict[str, Any]] = (), revoked: Mapping[str, Revocation] | None = None,
 ) -> BundleAudit:
-    """Check every link of one bundle's chain of custody."""
+    """Check every link of one bundle's chain of custody.
+
+    ``revoked`` (fingerprint -> revocation) defaults to the trusted revocations in the
+    mirror's event log.
+    """
     rec = mirror.load_bundle(name)
+    if revoked is None:
+        revoked = revoked_keys(mirror, policy.public_keys if policy else ())
     arts = tuple(artifact_audit(mirror, rec, a, policy, rehash=rehash) for a in rec.artifacts)
     roots = {a.role: a.oms_root for a in arts if a.oms_root}
     atts, preds, log_problems = attestation_audits(mirror, rec, roots, policy)
+    arts, atts = apply_revocations(arts, atts, revoked, policy)
     scan = scan_audit(mirror, rec, atts)
     bench = bench_audits(mirror, rec, atts, preds)
     images = image_audits(mirror, rec, rehash=rehash)
@@ -105,7 +138,8 @@ def audit(
 ) -> AuditReport:
     """Answer "where did this come from and who let it in?" for a bundle, repo or digest.
 
-    Verifies the event log (and its signed checkpoints), then each matching bundle's links.
+    Verifies the event log (and its signed checkpoints), then each matching bundle's links;
+    whatever a key revoked in the log (by a trusted revocation) signed fails.
     ``policy`` is the current trust policy; without one, signatures stay ``unverified`` and
     the report counts as broken (fail closed).
     """
@@ -113,8 +147,8 @@ def audit(
     keys = policy.public_keys if policy else ()
     log = verify_events(mirror, keys)
     events = read_events_lenient(mirror.events_path)
-    bundles = tuple(audit_bundle(mirror, n, policy, rehash=rehash, events=events)
-                    for n in names)
+    bundles = tuple(audit_bundle(mirror, n, policy, rehash=rehash, events=events,
+                                 revoked=log.revocations.revoked) for n in names)
     generated = (now.isoformat().replace("+00:00", "Z") if now else utc_now())
     return AuditReport(subject, str(mirror.root), policy.source if policy else None,
                        policy.digest if policy else None, generated, bundles, log)

@@ -24,6 +24,7 @@ from specbundle.audit.queries import (
     bundles_using_digest,
     no_longer_verifying,
 )
+from specbundle.audit.revocation import RevocationCheck, revocation_lines
 from specbundle.cli._keyopts import load_keys, passphrase_option
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json, print_table
@@ -74,8 +75,17 @@ def _fail_if_broken(report: AuditReport) -> None:
                for link in b.links if link.breaks_chain]
         if not report.log.ok:
             bad.insert(0, "event log does not verify")
+        bad[:0] = [f"key {r.fingerprint[:16]}… {r.detail}" for r in report.revoked_signers]
         raise VerificationError("chain of custody broken: " + "; ".join(bad[:8])
                                 + (f" (+{len(bad) - 8} more)" if len(bad) > 8 else ""))
+
+
+def _show_revocations(check: RevocationCheck) -> None:
+    lines = revocation_lines(check)
+    for n, line in enumerate(lines):
+        tag = "[bold red]revocation[/]" if n < len(check.revocations) else "[yellow]ignored[/]"
+        console.print(f"  {tag} ", end="")
+        console.print(line, markup=False, highlight=False)
 
 
 def _show_bundle(b: BundleAudit) -> None:
@@ -146,6 +156,7 @@ def show(subject: str, mirror_dir: Path | None, trust: Path | None, no_rehash: b
             console.print(f"  {_status('failed')} {i.message}")
         for p in log.problems:
             console.print(f"  {_status('failed')} {p}")
+        _show_revocations(log.revocations)
         for b in report.bundles:
             _show_bundle(b)
     _fail_if_broken(report)
@@ -181,6 +192,7 @@ def log(mirror_dir: Path | None, trust: Path | None, verify: bool, as_json: bool
                 + [["checkpoint", None, None, p] for p in res.problems])
         if rows:
             print_table(None, ["kind", "seq", "line", "what"], rows)
+        _show_revocations(res.revocations)
     if not res.ok:
         first = (res.chain.issues[0].message if res.chain.issues else res.problems[0])
         raise VerificationError(f"event log does not verify: {first}")

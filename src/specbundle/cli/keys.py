@@ -1,4 +1,9 @@
-"""``specbundle keys generate``: a signing key pair (private key 0600, public key, fingerprint)."""
+"""``specbundle keys generate|revoke``: make a signing key pair; revoke a key in a mirror.
+
+``keys revoke`` records a signed ``revocation`` event in the mirror's hash-chained event log;
+``specbundle audit`` then fails everything the revoked key signed, even if the trust policy
+still lists it (only revocations signed by a key of the policy count).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,15 @@ from typing import cast
 
 import click
 
-from specbundle.attest import KeyAlgorithm, generate_key, write_private_key, write_public_key
-from specbundle.cli._keyopts import passphrase_option, read_passphrase
-from specbundle.cli._options import json_option
+from specbundle.attest import (
+    KeyAlgorithm,
+    generate_key,
+    load_public_key,
+    write_private_key,
+    write_public_key,
+)
+from specbundle.cli._keyopts import load_keys, passphrase_option, read_passphrase
+from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json
 
 __all__ = ["command"]
@@ -53,3 +64,31 @@ def generate(out: Path, algorithm: str, encrypt: bool, passphrase_file: Path | N
     console.print(f"algorithm    {key.algorithm}")
     console.print(f"fingerprint  {key.fingerprint}")
     console.print(key.public.pem.decode().rstrip(), markup=False)
+
+
+@command.command("revoke")
+@click.argument("fingerprint")
+@mirror_option
+@click.option("--key", "key_path", required=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Signing key (PEM) of the trust policy that signs the revocation.")
+@passphrase_option
+@click.option("--reason", required=True, help="Why the key is revoked (signed with it).")
+@json_option
+def revoke(fingerprint: str, mirror_dir: Path | None, key_path: Path,
+           passphrase_file: Path | None, reason: str, as_json: bool) -> None:
+    """Revoke the key FINGERPRINT (or the key in a KEY.pub file) in the mirror's event log."""
+    from specbundle.audit.revocation import revoke_key  # the audit stage loads on use only
+
+    if Path(fingerprint).is_file():
+        fingerprint = load_public_key(Path(fingerprint)).fingerprint
+    (signer,) = load_keys((key_path,), passphrase_file)
+    rev = revoke_key(open_mirror(mirror_dir), fingerprint, signer=signer, reason=reason)
+    if as_json:
+        print_json(rev.to_json())
+        return
+    console.print(f"revoked      {rev.fingerprint}")
+    console.print(f"reason       {rev.reason}", markup=False)
+    console.print(f"time         {rev.time}")
+    console.print(f"signed by    {signer.fingerprint}")
+    console.print(f"event seq    {rev.seq}")
