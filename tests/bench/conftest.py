@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -81,6 +82,13 @@ def stub_server() -> Iterator[tuple[str, StubConfig]]:
     app[CFG] = cfg
     app.router.add_post("/v1/completions", _stream)
     app.router.add_post("/v1/chat/completions", _stream)
+    with serve_app(app) as url:
+        yield url, cfg
+
+
+@contextlib.contextmanager
+def serve_app(app: web.Application) -> Iterator[str]:
+    """Serve an aiohttp app on a loopback port from a background thread; yields its URL."""
     loop = asyncio.new_event_loop()
     runner = web.AppRunner(app)
     loop.run_until_complete(runner.setup())
@@ -90,7 +98,7 @@ def stub_server() -> Iterator[tuple[str, StubConfig]]:
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{port}", cfg
+        yield f"http://127.0.0.1:{port}"
     finally:
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)

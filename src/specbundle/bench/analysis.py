@@ -4,6 +4,8 @@ Pure apart from reading the raw data: everything here is a function of what was 
 so a report can be recomputed from the same runs. Acceptance comes only from the engine's
 counter deltas over the measured windows (summed over rounds); the per-request figures
 (llama.cpp ``timings``) are summed beside them as a cross-check that must match exactly.
+An engine without counters (SGLang) supplies its own window figures through its adapter:
+the measured requests' ``meta_info`` summed (:mod:`specbundle.bench.sglang_meta`).
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ def arm_level(arm: str, c: int, runs: Sequence[LevelRun],
 def acceptance(engine: str, deltas: Sequence[WindowDelta], runs: Sequence[LevelRun]) -> Acceptance:
     """Acceptance of the spec arm at one level from counter deltas (+ per-request check)."""
     adapter = adapter_for(engine)
+    own = adapter.window_acceptance(deltas, runs)
+    if own is not None:  # no counters: per-request figures summed over the window
+        return own
     per_req = [adapter.request_spec(r.server) for run in runs for r in run.ok]
     req_d = sum(p[0] for p in per_req if p) if per_req and None not in per_req else None
     req_a = sum(p[1] for p in per_req if p) if per_req and None not in per_req else None

@@ -173,7 +173,8 @@ def _build_report(raw: RawRun, spec: BundleSpec, name: str, workload: Workload,
     crossover = stats.crossover_concurrency([lv.concurrency for lv in levels],
                                             [lv.ratio.low if lv.ratio else None for lv in levels])
     settings = RunSettings(
-        endpoint=spec.bench.endpoint, max_tokens=max_tokens,
+        endpoint=adapter_for(raw.engine).measure_endpoint(spec.bench.endpoint),
+        max_tokens=max_tokens,
         temperature=spec.speculative.temperature, ignore_eos=True, requests_per_level=n_req,
         rounds=rounds, round_order=raw.round_order, warmup_requests=warmup, levels=raw.levels,
         p95_concurrency=spec.deployment.p95_concurrency, confidence=opts.confidence,

@@ -21,11 +21,12 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 
-from specbundle.bench.interface import EventSink, StreamTransport, TransportError
+from specbundle.bench.interface import Endpoint, EventSink, StreamTransport, TransportError
+from specbundle.bench.native import GenerateRecorder, generate_body
 
 __all__ = [
     "AiohttpTransport",
@@ -37,10 +38,10 @@ __all__ = [
     "stream_request",
 ]
 
-Endpoint = Literal["completions", "chat"]
 # json.loads(bytes) sniffs the encoding on every call; SSE payloads are UTF-8 by definition.
 _decode = json.JSONDecoder().decode
-_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions",
+          "generate": "/generate"}
 
 
 class AiohttpTransport:
@@ -142,6 +143,9 @@ class CompletionRequest:
 
 def build_body(req: CompletionRequest, endpoint: Endpoint, model: str) -> bytes:
     """The JSON body: streaming with usage, greedy and fixed length stated explicitly."""
+    if endpoint == "generate":  # SGLang native: per-request speculation figures in meta_info
+        return generate_body(req.prompt, req.max_tokens, req.temperature, req.ignore_eos,
+                             req.extras)
     body: dict[str, Any] = {
         "model": model, "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
@@ -238,7 +242,8 @@ class _Recorder:
                 self.server[key] = obj[key]
 
 
-def _per_chunk_tokens(rec: _Recorder, total: int) -> tuple[list[int] | None, str]:
+def _per_chunk_tokens(rec: _Recorder | GenerateRecorder,
+                      total: int) -> tuple[list[int] | None, str]:
     n = len(rec.times)
     if n and None not in rec.cum:
         cum = [int(c) for c in rec.cum if c is not None]
@@ -248,7 +253,7 @@ def _per_chunk_tokens(rec: _Recorder, total: int) -> tuple[list[int] | None, str
     return None, "unknown"
 
 
-def _finish(prompt_id: str, start: int, rec: _Recorder) -> RequestResult:
+def _finish(prompt_id: str, start: int, rec: _Recorder | GenerateRecorder) -> RequestResult:
     times = rec.times
     if not times:
         return _failed(prompt_id, start, "no output chunk arrived")
@@ -291,7 +296,7 @@ async def stream_request(transport: StreamTransport, base_url: str, req: Complet
                          endpoint: Endpoint, model: str) -> RequestResult:
     """Send one streaming request and time it; failures come back as ``ok=False``."""
     body = build_body(req, endpoint, model)
-    rec = _Recorder(endpoint == "chat")
+    rec = GenerateRecorder() if endpoint == "generate" else _Recorder(endpoint == "chat")
     start = time.perf_counter_ns()
     try:
         await transport.post_sse(base_url.rstrip("/") + _PATHS[endpoint], body, rec)

@@ -10,8 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specbundle.bench.interface import EngineAdapter
-from specbundle.bench.prometheus import READERS, EngineReading, Scrape
+from specbundle.bench.client import LevelRun
+from specbundle.bench.interface import Endpoint, EngineAdapter
+from specbundle.bench.prometheus import READERS, EngineReading, Scrape, WindowDelta
+from specbundle.bench.report import Acceptance
+from specbundle.bench.sglang_meta import meta_acceptance, read_meta
 from specbundle.errors import BenchError
 
 __all__ = ["ADAPTERS", "LlamaCppAdapter", "SGLangAdapter", "VllmAdapter", "adapter_for"]
@@ -76,6 +79,15 @@ class LlamaCppAdapter:
         """The baseline command with ``-m`` pointing at the draft GGUF."""
         return _swap_value(argv, ("-m", "--model"), draft_path)
 
+    def measure_endpoint(self, configured: Endpoint) -> Endpoint:
+        """The configured OpenAI endpoint."""
+        return configured
+
+    def window_acceptance(self, deltas: Sequence[WindowDelta],
+                          runs: Sequence[LevelRun]) -> Acceptance | None:
+        """Counters cover the window: acceptance comes from their deltas."""
+        return None
+
 
 class VllmAdapter:
     """vLLM: ``metrics.speculative_decoding`` per request; KV from ``cache_config_info``."""
@@ -122,16 +134,30 @@ class VllmAdapter:
             return out
         raise BenchError("cannot serve the draft alone: no model argument in the vLLM command")
 
+    def measure_endpoint(self, configured: Endpoint) -> Endpoint:
+        """The configured OpenAI endpoint."""
+        return configured
+
+    def window_acceptance(self, deltas: Sequence[WindowDelta],
+                          runs: Sequence[LevelRun]) -> Acceptance | None:
+        """Counters cover the window: acceptance comes from their deltas."""
+        return None
+
 
 class SGLangAdapter:
-    """SGLang: acceptance only as gauges; KV capacity from ``/get_server_info``."""
+    """SGLang: acceptance from native ``/generate`` ``meta_info``; KV from ``/get_server_info``.
+
+    Its ``/metrics`` has gauges only (kept as a labelled cross-check), so measurement
+    requests go through ``/generate`` whose final ``meta_info`` carries each request's
+    speculation figures; their sums over the window stand in for counter deltas.
+    """
 
     name: str = "sglang"
     props_path: str | None = "/get_server_info"
     serves_gguf: bool = False
 
     def request_extras(self) -> Mapping[str, Any]:
-        """Nothing engine-specific on the OpenAI endpoints."""
+        """Nothing beyond ``sampling_params`` (greedy, fixed length) on ``/generate``."""
         return {}
 
     def read_metrics(self, scrape: Scrape) -> EngineReading:
@@ -139,8 +165,12 @@ class SGLangAdapter:
         return READERS["sglang"].read(scrape)
 
     def request_spec(self, extras: Mapping[str, Any]) -> tuple[float, float] | None:
-        """Per-request figures exist only on the native ``/generate`` (``meta_info``)."""
-        return None
+        """(proposed, correct) drafts from the final ``meta_info`` of ``/generate``."""
+        try:
+            r = read_meta(extras.get("meta_info"))
+        except BenchError:
+            return None
+        return float(r.proposed), float(r.correct)
 
     def step_ms(self, extras: Mapping[str, Any]) -> float | None:
         """Not reported per request; the client's TPOT is used instead."""
@@ -163,6 +193,15 @@ class SGLangAdapter:
     def draft_only_argv(self, argv: Sequence[str], draft_path: str) -> list[str]:
         """``--model-path <draft>`` (the baseline command has no speculative flags)."""
         return _swap_value(argv, ("--model-path", "--model"), draft_path)
+
+    def measure_endpoint(self, configured: Endpoint) -> Endpoint:
+        """Always ``/generate``: only its ``meta_info`` reports per-request acceptance."""
+        return "generate"
+
+    def window_acceptance(self, deltas: Sequence[WindowDelta],
+                          runs: Sequence[LevelRun]) -> Acceptance | None:
+        """Sums of the measured requests' ``meta_info``; the gauges ride along, labelled."""
+        return meta_acceptance(deltas, runs)
 
 
 ADAPTERS: dict[str, EngineAdapter] = {

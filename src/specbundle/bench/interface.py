@@ -10,11 +10,18 @@ KV capacity is reported; :class:`EngineAdapter` holds exactly those differences.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from specbundle.bench.prometheus import EngineReading, Scrape
+from specbundle.bench.prometheus import EngineReading, Scrape, WindowDelta
 
-__all__ = ["EngineAdapter", "EventSink", "StreamTransport", "TransportError"]
+if TYPE_CHECKING:
+    from specbundle.bench.client import LevelRun
+    from specbundle.bench.report import Acceptance
+
+__all__ = ["Endpoint", "EngineAdapter", "EventSink", "StreamTransport", "TransportError"]
+
+#: Where measurement requests go: the OpenAI endpoints, or SGLang's native ``/generate``.
+Endpoint = Literal["completions", "chat", "generate"]
 
 # Called once per SSE ``data`` payload with its arrival time (perf_counter_ns, taken when
 # the bytes were read, before any decoding); returns False to stop reading the stream.
@@ -70,4 +77,13 @@ class EngineAdapter(Protocol):
 
     def draft_only_argv(self, argv: Sequence[str], draft_path: str) -> list[str]:
         """The baseline argv with the draft served as the model (to time the draft alone)."""
+        ...
+
+    def measure_endpoint(self, configured: Endpoint) -> Endpoint:
+        """The endpoint measurement requests use (where per-request figures are reported)."""
+        ...
+
+    def window_acceptance(self, deltas: Sequence[WindowDelta],
+                          runs: Sequence[LevelRun]) -> Acceptance | None:
+        """Acceptance from per-request figures, for engines without counters; else ``None``."""
         ...

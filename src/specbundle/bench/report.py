@@ -64,7 +64,7 @@ class Acceptance:
     recovered from τ and g; they differ, and both are reported.
     """
 
-    source: Literal["counters", "gauges", "none"]
+    source: Literal["counters", "meta_info", "gauges", "none"]
     comparable_as_counters: bool
     drafts: float | None
     draft_tokens: float | None

@@ -128,9 +128,13 @@ class _Runner:
         self.warmup = b.warmup_requests if opts.warmup_requests is None else opts.warmup_requests
         self.levels = opts.levels or b.concurrency_levels or sweep_levels(
             spec.deployment.p95_concurrency)
-        self.endpoint = b.endpoint
+        self.endpoint = self.adapter.measure_endpoint(b.endpoint)
         self.done = 0
         self.notes: list[str] = []
+        if self.endpoint != b.endpoint:
+            self.notes.append(f"{engine} measured through /{self.endpoint} (raw prompt text, no "
+                              f"chat template) instead of the configured {b.endpoint!r} "
+                              "endpoint: only there are per-request acceptance figures reported")
         self.p95 = spec.deployment.p95_concurrency
         self.total = ((2 * self.rounds + (1 if self._has_draft() else 0)) * len(self.levels)
                       + (opts.aa_rounds if self.p95 in self.levels else 0))
