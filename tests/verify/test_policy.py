@@ -100,3 +100,9 @@ def test_cli_verify_exit_codes(signed: Signed, capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit) as ex:
         main(args)
     assert ex.value.code == 2
+    # each verdict the command reached is in the hash-chained event log; the bad policy is not
+    log = [e for e in signed.mirror.read_events() if e["type"] == "verify"]
+    assert [(e["bundle"], e["data"]["result"], e["data"]["problems"]) for e in log] == [
+        (signed.record.name, "verified", 0), (signed.record.name, "failed", len(out["problems"]))]
+    assert log[1]["data"]["policy_sha256"] == out["policy_sha256"]
+    assert log[1]["data"]["problem_kinds"] == ["missing-file"] and log[1]["data"]["by"]

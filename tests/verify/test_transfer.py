@@ -14,7 +14,7 @@ from specbundle import attest
 from specbundle.errors import VerificationError
 from specbundle.mirror import Mirror
 from specbundle.sign import sign_bundle
-from specbundle.transfer import export_bundle, import_bundle, parse_size
+from specbundle.transfer import export_bundle, import_bundle, parse_size, read_index
 from specbundle.verify import verify_bundle
 from tests.verify.conftest import Signed
 
@@ -72,7 +72,15 @@ def test_sign_export_import_verify_offline(signed: Signed, tmp_path: Path,
     assert imported["status"] == "imported" and verified["ok"] is True
     m = Mirror.open(dest)
     assert m.read_bundle_file(s.record.name, "render/vllm/serve.sh") == b"vllm\n"
-    assert [e["type"] for e in m.read_events()] == ["import"]
+    events = m.read_events()
+    assert [e["type"] for e in events] == ["import", "verify"]  # the CLI logs who verified
+    assert events[1]["bundle"] == s.record.name and events[1]["data"]["result"] == "verified"
+    assert events[1]["data"]["policy_sha256"] == verified["policy_sha256"]
+    assert events[1]["data"]["problems"] == 0 and "@" in events[1]["data"]["by"]
+    # one pass: every weight byte was hashed as it was written, none read again by verify
+    report = imported["verification"]
+    assert isinstance(report, dict)
+    assert report["bytes_hashed_on_write"] == report["bytes_checked"] > 0
     assert not any((dest / "tmp").glob("import-*"))  # staging cleaned up
     again = import_bundle(out, m, s.policy)
     assert again.status == "unchanged" and again.version == 1  # idempotent
@@ -136,10 +144,18 @@ def test_interrupted_import_resumes(signed: Signed, tmp_path: Path) -> None:
     calls: list[int] = []
     res = import_bundle(tmp_path / "t", dest, signed.policy, progress=calls.append)
     assert res.status == "imported" and dest.bundle_names() == [signed.record.name]
+    assert res.verified is not None
+    rep = res.verified.report
+    # the rerun did not copy what was already staged, but verify re-hashed it (once)
+    assert 0 < rep.bytes_hashed_on_write < rep.bytes_checked
     full: list[int] = []
-    import_bundle(tmp_path / "t", Mirror.open(tmp_path / "fresh", create=True), signed.policy,
-                  progress=full.append)
-    assert 0 < sum(calls) < sum(full)  # the rerun skipped what was already staged
+    fresh = import_bundle(tmp_path / "t", Mirror.open(tmp_path / "fresh", create=True),
+                          signed.policy, progress=full.append)
+    assert fresh.verified is not None
+    assert fresh.verified.report.bytes_hashed_on_write == fresh.verified.report.bytes_checked
+    parts = read_index(tmp_path / "t", signed.policy)[0].parts
+    assert sum(full) == sum(p.size for p in parts)  # a fresh import reads each byte once
+    assert sum(calls) <= sum(full)  # and so does a resumed one
     assert verify_bundle(dest, signed.record.name, signed.policy).report.ok
 
 

@@ -8,10 +8,26 @@ import click
 
 from specbundle.cli._keyopts import hash_progress
 from specbundle.cli._options import json_option, mirror_option, open_mirror
-from specbundle.cli._output import console, print_json, print_table
-from specbundle.verify import BundleVerificationFailed, load_policy, verify_bundle
+from specbundle.cli._output import console, err_console, print_json, print_table
+from specbundle.errors import MirrorError
+from specbundle.mirror import Mirror
+from specbundle.verify import (
+    BundleVerificationFailed,
+    VerificationReport,
+    load_policy,
+    record_verification,
+    verify_bundle,
+)
 
 __all__ = ["command"]
+
+
+def _record(mirror: Mirror, report: VerificationReport) -> None:
+    """Log the verdict; a read-only mirror (a common isolated-side mount) only gets a warning."""
+    try:
+        record_verification(mirror, report)
+    except (MirrorError, OSError) as err:
+        err_console.print(f"warning: verification not logged in the mirror's event log: {err}")
 
 
 @click.command("verify")
@@ -21,7 +37,7 @@ __all__ = ["command"]
 @mirror_option
 @json_option
 def command(bundle: str, trust: Path, mirror_dir: Path | None, as_json: bool) -> None:
-    """Verify BUNDLE against a trust policy; exit 3 on any failure."""
+    """Verify BUNDLE against a trust policy; exit 3 on any failure. Logs a verify event."""
     policy = load_policy(trust)
     mirror = open_mirror(mirror_dir)
     total = sum(a.total_size for a in mirror.load_bundle(bundle).artifacts)
@@ -29,6 +45,7 @@ def command(bundle: str, trust: Path, mirror_dir: Path | None, as_json: bool) ->
         with hash_progress(not as_json, total, "re-hashing") as progress:
             res = verify_bundle(mirror, bundle, policy, progress=progress)
     except BundleVerificationFailed as err:
+        _record(mirror, err.report)
         if as_json:
             print_json(err.report.to_json())
         else:
@@ -37,6 +54,7 @@ def command(bundle: str, trust: Path, mirror_dir: Path | None, as_json: bool) ->
                         [[p.kind, p.subject, p.message, p.expected, p.actual]
                          for p in err.report.problems])
         raise
+    _record(mirror, res.report)
     if as_json:
         print_json(res.report.to_json())
         return

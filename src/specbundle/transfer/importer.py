@@ -7,14 +7,16 @@
    *staging mirror* under ``<mirror>/tmp/import-<index digest>/``; parts verified by an
    interrupted run are kept there, so a rerun resumes.
 3. The staged bundle is verified with :func:`specbundle.verify.verify_bundle` (signatures,
-   re-hash, thresholds) exactly as it will be used.
+   file set, thresholds) exactly as it will be used. The copy in step 2 goes through
+   :func:`~specbundle.verify.write_hashed`, whose records let verify use the digest of the
+   very bytes written instead of reading them a second time (one pass over the data); objects
+   staged by an earlier run or linked from the mirror are re-hashed by verify.
 4. Only then, under the mirror lock: objects are renamed into the store, snapshots linked,
    stage files written, new attestation lines appended, and the bundle record written last.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -36,7 +38,14 @@ from specbundle.errors import MirrorError, VerificationError
 from specbundle.mirror import Mirror
 from specbundle.transfer.chunks import CHUNK_DIR, read_blocks, read_range
 from specbundle.transfer.index import INDEX_FILE, Part, TransferIndex
-from specbundle.verify import TrustPolicy, VerifiedBundle, verify_bundle
+from specbundle.verify import (
+    HashedFile,
+    TrustPolicy,
+    VerifiedBundle,
+    hash_existing,
+    verify_bundle,
+    write_hashed,
+)
 
 __all__ = ["IMPORT_STATE", "ImportResult", "import_bundle", "read_index"]
 
@@ -114,9 +123,12 @@ def _check_chunks(src: Path, idx: TransferIndex, *, content: bool = False) -> No
 
 
 def _stage_part(src: Path, idx: TransferIndex, part: Part, dest: Path,
-                progress: Progress | None) -> None:
-    if dest.is_file() and dest.stat().st_size == part.size and hash_file(dest) == part.sha256:
-        return  # verified by an interrupted earlier run
+                progress: Progress | None) -> HashedFile:
+    """Copy one part to ``dest``, hashing the bytes written; refuse it unless they match."""
+    if dest.is_file() and not dest.is_symlink() and dest.stat().st_size == part.size:
+        done = hash_existing(dest)
+        if done.sha256 == part.sha256:
+            return done  # verified by an interrupted earlier run
     if idx.chunk_size is not None and part.offset is not None:
         blocks: Iterable[bytes] = read_range(src, idx.chunk_size, part.offset, part.size,
                                              progress)
@@ -127,26 +139,22 @@ def _stage_part(src: Path, idx: TransferIndex, part: Part, dest: Path,
         blocks = read_blocks(p, progress)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.part")
-    h, n = hashlib.sha256(), 0
-    with tmp.open("wb") as fh:
-        for b in blocks:
-            h.update(b)
-            n += len(b)
-            fh.write(b)
-        fh.flush()
-        os.fsync(fh.fileno())
-    if n != part.size or h.hexdigest() != part.sha256:
+    got = write_hashed(blocks, tmp)
+    if got.size != part.size or got.sha256 != part.sha256:
         tmp.unlink()
         if idx.chunk_size is not None:
             _check_chunks(src, idx, content=True)
         raise VerificationError(f"part {part.path} differs from the index "
-                                f"(expected {part.sha256}, {part.size} B; got {h.hexdigest()}, "
-                                f"{n} B)")
+                                f"(expected {part.sha256}, {part.size} B; got {got.sha256}, "
+                                f"{got.size} B)")
     tmp.replace(dest)
+    return got
 
 
 def _stage(src: Path, idx: TransferIndex, staging: Mirror, mirror: Mirror,
-           progress: Progress | None) -> None:
+           progress: Progress | None) -> list[HashedFile]:
+    """Stage every part; returns the hash records of the objects copied in this run."""
+    hashed = []
     for part in idx.parts:
         head, _, rest = part.path.partition("/")
         if head == "objects":
@@ -154,10 +162,11 @@ def _stage(src: Path, idx: TransferIndex, staging: Mirror, mirror: Mirror,
                                                                              part):
                 continue
             tmp = staging.tmp_dir / f"{part.sha256}.staged"
-            _stage_part(src, idx, part, tmp, progress)
-            staging.put_object(tmp, part.sha256)
+            hashed.append(_stage_part(src, idx, part, tmp, progress))
+            staging.put_object(tmp, part.sha256)  # a rename: same inode, same record
         else:
             _stage_part(src, idx, part, staging.bundle_dir(idx.bundle) / rest, progress)
+    return hashed
 
 
 def _link_existing(mirror: Mirror, staging: Mirror, part: Part) -> bool:
@@ -227,13 +236,13 @@ def import_bundle(
     if idx.chunk_size is not None:
         _check_chunks(src, idx)
     staging = Mirror.open(mirror.tmp_dir / f"import-{digest[:24]}", create=True)
-    _stage(src, idx, staging, mirror, progress)
+    hashed = _stage(src, idx, staging, mirror, progress)
     try:
         for art in staging.load_bundle(idx.bundle).artifacts:
             staging.link_snapshot(art)
     except MirrorError as err:
         raise VerificationError(f"transfer set is incomplete: {err.message}") from err
-    verified = verify_bundle(staging, idx.bundle, policy)
+    verified = verify_bundle(staging, idx.bundle, policy, hashed=hashed, progress=progress)
     if verified.name != idx.bundle:
         raise VerificationError("the staged record names another bundle than the index")
     with mirror.lock():

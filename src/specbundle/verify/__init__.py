@@ -6,11 +6,16 @@ one (bench, admit) cannot be handed an unchecked bundle. Order of checks: each a
 there), the snapshot re-hashed file by file against the signed manifest, then the attestation
 log against the policy's k-of-n, scope and max-age rules. Every failure is collected and
 reported together; any failure raises :class:`BundleVerificationFailed` (exit 3).
+
+Import stages objects through :func:`~specbundle.verify.hashed.write_hashed` and hands the
+records over (``hashed=``), so those bytes are hashed once, by this package, as they are
+written; every other file is re-read here. :func:`record_verification` is the separate,
+explicit step that logs a verification in the mirror's event log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -29,12 +34,15 @@ from specbundle.record import ArtifactRecord, BundleRecord
 from specbundle.sign import model_sig_rel
 from specbundle.verify.attestations import ArtifactRef, evaluate_attestations
 from specbundle.verify.diff import Problem, ProblemKind
+from specbundle.verify.events import record_verification
+from specbundle.verify.hashed import HashedFile, hash_existing, write_hashed
 from specbundle.verify.model import ModelVerification, ModelVerificationFailed, verify_model
 from specbundle.verify.policy import TrustedKey, TrustPolicy, load_policy, parse_policy
-from specbundle.verify.snapshot import check_snapshot
+from specbundle.verify.snapshot import SnapshotDigests, check_snapshot
 
 __all__ = [
     "BundleVerificationFailed",
+    "HashedFile",
     "ModelVerification",
     "ModelVerificationFailed",
     "Problem",
@@ -42,10 +50,13 @@ __all__ = [
     "TrustedKey",
     "VerificationReport",
     "VerifiedBundle",
+    "hash_existing",
     "load_policy",
     "parse_policy",
+    "record_verification",
     "verify_bundle",
     "verify_model",
+    "write_hashed",
 ]
 
 _TOKEN = object()
@@ -64,6 +75,7 @@ class VerificationReport:
     files_checked: int
     bytes_checked: int
     problems: tuple[Problem, ...]
+    bytes_hashed_on_write: int = 0
 
     @property
     def ok(self) -> bool:
@@ -76,6 +88,7 @@ class VerificationReport:
                 "verified_at": self.verified_at, "roots": self.roots,
                 "model_signers": self.model_signers, "statement_signers": self.statement_signers,
                 "files_checked": self.files_checked, "bytes_checked": self.bytes_checked,
+                "bytes_hashed_on_write": self.bytes_hashed_on_write,
                 "problems": [p.to_json() for p in self.problems]}
 
 
@@ -142,8 +155,12 @@ def _open_sig(mirror: Mirror, rec: BundleRecord, art: ArtifactRecord, policy: Tr
 def verify_bundle(
     mirror: Mirror, name: str, policy: TrustPolicy, *, workers: int | None = None,
     progress: Callable[[int], None] | None = None, now: datetime | None = None,
+    hashed: Iterable[HashedFile] = (),
 ) -> VerifiedBundle:
     """Verify bundle ``name`` in ``mirror`` against ``policy``; never touches the network.
+
+    ``hashed``: records of objects the caller wrote with :func:`write_hashed`; a snapshot file
+    that is still exactly such a file is checked against that digest instead of being re-read.
 
     Raises:
         BundleVerificationFailed: any problem (the exception carries the full report).
@@ -153,17 +170,19 @@ def verify_bundle(
     problems: list[Problem] = []
     roots: dict[str, str] = {}
     model_signers: dict[str, str] = {}
-    files = nbytes = 0
+    files = nbytes = on_write = 0
+    digests = SnapshotDigests({h.file_id: h for h in hashed})
     for art in rec.artifacts:
         manifest, signer, sig_problems = _open_sig(mirror, rec, art, policy)
         problems += sig_problems
         if manifest is None or signer is None:
             continue
         roots[art.role], model_signers[art.role] = manifest.root_digest, signer
-        snap_problems, n = check_snapshot(mirror, art, manifest, workers=workers,
-                                          progress=progress)
+        snap_problems, n, n_proven = check_snapshot(mirror, art, manifest, workers=workers,
+                                                    progress=progress, digests=digests)
         problems += snap_problems
         files, nbytes = files + len(manifest.resources), nbytes + n
+        on_write += n_proven
     parse_problems: list[str] = []
     envs = read_attestations(mirror, name, problems=parse_problems)
     problems += [Problem("malformed", "attestations.jsonl", m) for m in parse_problems]
@@ -173,7 +192,7 @@ def verify_bundle(
                                                   now or datetime.now(UTC))
     problems += att_problems
     report = VerificationReport(name, policy.digest, utc_now(), roots, model_signers, signers,
-                                files, nbytes, tuple(problems))
+                                files, nbytes, tuple(problems), on_write)
     if problems:
         raise BundleVerificationFailed(report)
     return VerifiedBundle(rec, report, _TOKEN)
