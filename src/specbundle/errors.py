@@ -12,6 +12,7 @@ them to exit codes in one table (``specbundle.cli._errors``), so "the check said
         DigestMismatch (pull)          3  bytes differ from what the hub declared
       MirrorError                      1  corrupt store, missing bundle
         BundleNotFound                 2  a named bundle that is not in the mirror
+        NotAMirror                     2  --mirror names a folder that is not a mirror
       ScanError                        1  a check crashed (never reported as clean)
       ScanBlocked                      4  findings at or above the blocking threshold
       VerificationError                3  signature, digest, policy
@@ -20,7 +21,8 @@ them to exit codes in one table (``specbundle.cli._errors``), so "the check said
       AdmissionRejected                5  the gate said no
       EnvironmentProblem               6  missing tool, bad key file, offline violation
 
-Messages never contain credentials: :func:`redact` scrubs the HF token from any text.
+Messages never contain credentials: :func:`redact` scrubs the HF token and URL
+``user:password@`` parts from any text.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = [
     "EnvironmentProblem",
     "ExitCode",
     "MirrorError",
+    "NotAMirror",
     "PullError",
     "RenderError",
     "ScanBlocked",
@@ -63,13 +66,16 @@ class ExitCode:
 
 
 _TOKEN_RE = re.compile(r"hf_[A-Za-z0-9]{8,}")
+_URL_USERINFO_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 
 
 def redact(text: str) -> str:
-    """Remove Hugging Face tokens (the configured one and any ``hf_...`` shape) from text."""
+    """Remove Hugging Face tokens (the configured one and any ``hf_...`` shape) and the
+    ``user:password@`` part of URLs (an endpoint given with credentials) from text."""
     token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
     if token and len(token) >= 4:
         text = text.replace(token, "<redacted>")
+    text = _URL_USERINFO_RE.sub(r"\1<redacted>@", text)
     return _TOKEN_RE.sub("hf_<redacted>", text)
 
 
@@ -138,6 +144,12 @@ class MirrorError(SpecbundleError):
 
 class BundleNotFound(MirrorError):
     """A bundle name that the mirror does not hold."""
+
+    exit_code = ExitCode.USAGE
+
+
+class NotAMirror(MirrorError):
+    """The folder given as the mirror is not one (a wrong --mirror, not a corrupt store)."""
 
     exit_code = ExitCode.USAGE
 

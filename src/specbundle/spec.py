@@ -35,6 +35,7 @@ __all__ = [
     "dump_spec",
     "load_spec",
     "parse_spec",
+    "yaml_problem",
 ]
 
 API_VERSION = "specbundle/v1"
@@ -333,8 +334,21 @@ def parse_spec(data: Any, *, file: str = "<spec>") -> BundleSpec:
         msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
         if first.get("type") == "extra_forbidden":
             msg = "unknown field (not allowed in specbundle/v1)"
-        more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+        others = [f"{_loc(e)}: {e.get('msg', 'invalid')}" for e in err.errors()[1:6]]
+        more = f" (also: {'; '.join(others)}" if others else ""
+        if more:
+            more += "; ...)" if err.error_count() > 6 else ")"
         raise SpecError(msg + more, file=file, field=_loc(first)) from None
+
+
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """One line with the position ("line 2, column 1: expected ...") for PyYAML's dump."""
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+        mark = err.problem_mark
+        what = err.problem or "invalid YAML"
+        ctx = f" ({err.context})" if err.context else ""
+        return f"line {mark.line + 1}, column {mark.column + 1}: {what}{ctx}"
+    return " ".join(str(err).split())
 
 
 def load_spec(path: Path) -> BundleSpec:
@@ -346,7 +360,7 @@ def load_spec(path: Path) -> BundleSpec:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise SpecError(f"not valid YAML: {err}", file=str(path)) from None
+        raise SpecError(f"not valid YAML: {yaml_problem(err)}", file=str(path)) from None
     spec = parse_spec(data, file=str(path))
     return _resolve_dirs(spec, path.parent.resolve())
 

@@ -176,6 +176,7 @@ def admit_bundle(mirror: Mirror, name: str, *, policy: TrustPolicy, keys: Sequen
     """
     if not keys:
         raise UsageError("no signing key given", hint="pass --key KEY.pem")
+    mirror.load_bundle(name)  # BundleNotFound (exit 2) before any stage runs or is reported
     stage = on_stage or (lambda _s: None)
     reasons: list[str] = []
     verified: VerifiedBundle | None = None

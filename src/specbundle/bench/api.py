@@ -95,6 +95,8 @@ class _Manifest:
             raise BenchError(f"render wrote no shell script into {result.out_dir}")
         self.script = scripts[0]
         self.env = binary_env(opts.binary, self.base_cmd.binary_env)
+        if opts.runtime == "shell":  # fail before any launch, naming the binary and the fix
+            resolve_program(self.base_cmd.program, self.env, self.base_cmd.binary_env)
         self.settings_equal = _subsequence(self.base_cmd.args, self.spec_cmd.args)
         self.settings_note = (
             "the speculative arm adds only speculation flags to the baseline command"

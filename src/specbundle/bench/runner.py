@@ -278,6 +278,9 @@ def resolve_program(program: tuple[str, ...], env: Mapping[str, str], env_name: 
     first = env.get(env_name) or shutil.which(program[0])
     if not first:
         raise BenchError(f"{program[0]} not found", hint=f"set {env_name} or put it on PATH")
+    if not shutil.which(first):
+        raise BenchError(f"engine binary {first} ({env_name} / --binary) is not an executable "
+                         "file", hint=f"point {env_name} or --binary at the {program[0]} binary")
     return [first, *program[1:]]
 
 

@@ -11,12 +11,14 @@ import importlib
 import os
 import sys
 import traceback
+from typing import NoReturn
 
 import click
+from rich.text import Text
 
 from specbundle import __version__
 from specbundle.cli._errors import exit_code_for
-from specbundle.cli._output import err_console
+from specbundle.cli._output import err_console, json_written, print_json, reset_json_written
 from specbundle.errors import ExitCode, SpecbundleError, redact
 
 __all__ = ["COMMANDS", "cli", "main"]
@@ -73,27 +75,55 @@ def cli(debug: bool) -> None:
         os.environ["SPECBUNDLE_DEBUG"] = "1"
 
 
+def _fail(code: int, kind: str, message: str, hint: str | None, *, as_json: bool) -> NoReturn:
+    """Report a failure on stderr (plain text: messages may hold brackets) and exit ``code``.
+
+    With ``--json``, stdout also gets ``{"error": {...}}`` unless the command already printed
+    its own document (e.g. verify's ``"verified": false``), so stdout is always one JSON value.
+    """
+    # Text, not markup: a message may quote file names or values with brackets in them.
+    err_console.print(Text.assemble(("error", "bold red"), f" ({kind}): {message}",
+                                    f"\n  hint: {hint}" if hint else ""))
+    if as_json and not json_written():
+        print_json({"error": {"kind": kind, "message": message, "hint": hint,
+                              "exit_code": code}})
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script."""
+    args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
+    reset_json_written()
     try:
-        cli.main(args=argv, prog_name="specbundle", standalone_mode=False)
+        cli.main(args=args, prog_name="specbundle", standalone_mode=False)
     except click.exceptions.Exit as ex:
         sys.exit(ex.exit_code)
     except click.ClickException as ex:
+        if as_json:
+            _fail(ExitCode.USAGE, "usage", ex.format_message(), None, as_json=True)
         ex.show()
         sys.exit(ExitCode.USAGE)
-    except click.exceptions.Abort:
-        err_console.print("aborted")
-        sys.exit(130)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        # click turns Ctrl-C into Abort; writers stage under tmp/, so nothing half-written
+        # is visible, and pull/import resume when run again.
+        _fail(130, "interrupted", "stopped by Ctrl-C (or end of input at a prompt)", None,
+              as_json=as_json)
     except SpecbundleError as ex:
-        err_console.print(f"[bold red]error[/] ({ex.kind}): {ex.diagnostics()}", markup=True)
-        sys.exit(ex.exit_code)
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        sys.exit(130)
+        _fail(ex.exit_code, ex.kind, ex.message, ex.hint, as_json=as_json)
+    except OSError as ex:
+        # A file or socket the machine would not give us (permissions, a full disk, a path
+        # that is not a directory): the environment, not a bug in specbundle.
+        if os.environ.get("SPECBUNDLE_DEBUG"):
+            traceback.print_exc()
+        what = ex.strerror or type(ex).__name__
+        where = ": ".join(str(f) for f in (ex.filename, ex.filename2) if f)
+        _fail(exit_code_for(ex), "environment",
+              redact(f"{where}: {what}" if where else str(ex) or what), None, as_json=as_json)
     except Exception as ex:  # noqa: BLE001 - the one broad handler, by design
         if os.environ.get("SPECBUNDLE_DEBUG"):
             traceback.print_exc()
-        err_console.print(f"internal error: {redact(type(ex).__name__ + ': ' + str(ex))}")
-        sys.exit(exit_code_for(ex))
+        _fail(exit_code_for(ex), "internal",
+              "internal error: " + redact(f"{type(ex).__name__}: {ex}"),
+              "rerun with --debug for a traceback and report it", as_json=as_json)
     sys.exit(ExitCode.OK)

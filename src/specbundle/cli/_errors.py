@@ -17,4 +17,6 @@ def exit_code_for(err: BaseException) -> int:
         return ExitCode.USAGE
     if isinstance(err, KeyboardInterrupt):
         return 130
+    if isinstance(err, OSError):  # a file, socket or disk the machine would not give us
+        return ExitCode.ENVIRONMENT
     return ExitCode.INTERNAL

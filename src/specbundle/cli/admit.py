@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from specbundle.admit import Decision, Rejected, admit_bundle
-from specbundle.attest import load_signing_key
+from specbundle.cli._keyopts import load_keys, passphrase_option
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, err_console, print_json, print_table
 from specbundle.cli.bench import bench_options, make_options, step_progress
@@ -33,18 +33,19 @@ def _show(d: Decision) -> None:
 @click.option("--key", "key_files", required=True, multiple=True,
               type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="Private key signing the decision (PEM); repeat for several.")
+@passphrase_option
 @mirror_option
 @bench_options
 @json_option
-def command(bundle: str, trust_file: Path, key_files: tuple[Path, ...], mirror_dir: Path | None,
-            engine: str, runtime: str, base_url: str | None, baseline_url: str | None,
-            draft_url: str | None,
+def command(bundle: str, trust_file: Path, key_files: tuple[Path, ...],
+            passphrase_file: Path | None, mirror_dir: Path | None, engine: str, runtime: str,
+            base_url: str | None, baseline_url: str | None, draft_url: str | None,
             binary: Path | None, rounds: int | None, max_rounds: int | None,
             requests_per_level: int | None, max_tokens: int | None, levels: str | None,
             aa_rounds: int, as_json: bool) -> None:
     """Verify BUNDLE, benchmark it and admit or reject it with a signed decision (exit 5)."""
     policy = load_policy(trust_file)
-    keys = [load_signing_key(k) for k in key_files]
+    keys = load_keys(key_files, passphrase_file)
     opts = make_options(base_url, baseline_url, draft_url, binary, rounds, requests_per_level,
                         max_tokens, levels, aa_rounds, runtime, max_rounds)
     mirror = open_mirror(mirror_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from specbundle.bench import BenchOptions, BenchReport, report_path, run_bench
 from specbundle.bench.runner import Progress as ProgressFn
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, err_console, print_json, print_table
+from specbundle.errors import UsageError
 
 __all__ = ["bench_options", "command", "show_report", "step_progress"]
 
@@ -104,11 +106,34 @@ def bench_options(f: click.decorators.FC) -> click.decorators.FC:
     return f
 
 
+def _check_servers(base_url: str | None, baseline_url: str | None, draft_url: str | None,
+                   binary: Path | None, runtime: str) -> None:
+    """Servers given by URL come as a pair, and replace the rendered manifest entirely."""
+    for flag, url in (("--base-url", base_url), ("--baseline-url", baseline_url),
+                      ("--draft-url", draft_url)):
+        if url is not None and not re.match(r"^https?://[^/\s]+", url):
+            raise click.BadParameter(f"{url!r} is not an http(s) URL", param_hint=flag)
+    if base_url is None:
+        if baseline_url or draft_url:
+            raise UsageError("--baseline-url and --draft-url go with --base-url")
+        return
+    if not baseline_url:
+        raise UsageError("--base-url needs --baseline-url: a benchmark compares two servers, "
+                         "one with and one without speculation")
+    if binary is not None or runtime != "shell":
+        raise UsageError("--binary and --runtime start engines from the manifest; servers "
+                         "given by --base-url are already running")
+
+
 def make_options(base_url: str | None, baseline_url: str | None, draft_url: str | None,
                  binary: Path | None, rounds: int | None, requests_per_level: int | None,
                  max_tokens: int | None, levels: str | None, aa_rounds: int = 0,
                  runtime: str = "shell", max_rounds: int | None = None) -> BenchOptions:
-    """BenchOptions from the shared flags."""
+    """BenchOptions from the shared flags; contradictory ones are usage errors (exit 2)."""
+    _check_servers(base_url, baseline_url, draft_url, binary, runtime)
+    if rounds is not None and max_rounds is not None and max_rounds < rounds:
+        raise UsageError(f"--max-rounds {max_rounds} is below --rounds {rounds}",
+                         hint="--max-rounds caps the extension beyond --rounds")
     parsed = None
     if levels:
         try:

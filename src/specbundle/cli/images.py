@@ -102,8 +102,14 @@ def load(bundle: str, mirror_dir: Path | None, engines: tuple[str, ...], trust: 
 @json_option
 def ls(bundle: str, mirror_dir: Path | None, as_json: bool) -> None:
     """List the engine images a bundle carries."""
-    _print(sorted(read_image_records(open_mirror(mirror_dir), bundle).values(),
-                  key=lambda r: r.engine), as_json)
+    mirror = open_mirror(mirror_dir)
+    mirror.load_bundle(bundle)  # a name that is not in the mirror is an error, not "no images"
+    records = sorted(read_image_records(mirror, bundle).values(), key=lambda r: r.engine)
+    if not records and not as_json:
+        console.print(f"bundle {bundle} carries no engine images; save them with "
+                      "`specbundle images save` (connected side)", markup=False)
+        return
+    _print(records, as_json)
 
 
 @command.command("prune-containers")

@@ -8,6 +8,7 @@ import click
 
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json, print_table
+from specbundle.errors import MirrorError
 
 __all__ = ["command"]
 
@@ -23,7 +24,12 @@ def command() -> None:
 def ls(mirror_dir: Path | None, as_json: bool) -> None:
     """List bundles in the mirror."""
     m = open_mirror(mirror_dir)
-    records = [m.load_bundle(n) for n in m.bundle_names()]
+    records, broken = [], {}
+    for n in m.bundle_names():  # one corrupt record must not hide the others
+        try:
+            records.append(m.load_bundle(n))
+        except MirrorError as err:
+            broken[n] = err.message
     rows = [
         {
             "name": r.name,
@@ -36,12 +42,16 @@ def ls(mirror_dir: Path | None, as_json: bool) -> None:
         for r in records
     ]
     if as_json:
-        print_json({"mirror": str(m.root), "bundles": rows})
-        return
-    print_table(
-        f"bundles in {m.root}", ["name", "method", "target", "draft", "bytes", "created"],
-        [[r["name"], r["method"], r["target"], r["draft"], r["bytes"], r["created"]] for r in rows],
-    )
+        print_json({"mirror": str(m.root), "bundles": rows, "unreadable": broken})
+    else:
+        print_table(
+            f"bundles in {m.root}", ["name", "method", "target", "draft", "bytes", "created"],
+            [[r["name"], r["method"], r["target"], r["draft"], r["bytes"], r["created"]]
+             for r in rows],
+        )
+    if broken:
+        raise MirrorError(f"{len(broken)} bundle record(s) unreadable: "
+                          + "; ".join(broken.values()))
 
 
 @command.command("show")

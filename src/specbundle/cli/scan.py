@@ -11,7 +11,13 @@ from rich.markup import escape
 
 from specbundle._fsutil import atomic_write_bytes
 from specbundle.cli._options import json_option, mirror_option, open_mirror
-from specbundle.cli._output import console, err_console, print_json, print_table
+from specbundle.cli._output import (
+    console,
+    err_console,
+    print_json,
+    print_table,
+    write_json_text,
+)
 from specbundle.errors import ScanBlocked, ScanError, UsageError
 from specbundle.scan import (
     ScanOptions,
@@ -112,7 +118,7 @@ def command(bundle: str | None, mirror_dir: Path | None, tree: Path | None,
             report = scan_bundle(m, rec, spec, options=opts)
     text = _render(report, fmt, threshold)
     if text is not None:
-        click.echo(text, nl=False)
+        write_json_text(text)
         if output is not None:
             atomic_write_bytes(output, text.encode())
     _exit(report, threshold)

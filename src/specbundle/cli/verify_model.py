@@ -10,7 +10,7 @@ from specbundle.attest import load_public_key
 from specbundle.cli._keyopts import hash_progress
 from specbundle.cli._options import json_option
 from specbundle.cli._output import console, print_json
-from specbundle.errors import VerificationError
+from specbundle.errors import EnvironmentProblem, VerificationError
 from specbundle.verify import ModelVerificationFailed, verify_model
 
 __all__ = ["command"]
@@ -36,7 +36,11 @@ def command(model_dir: Path, public_key: Path, signature: Path | None,
             ignore_paths: tuple[str, ...], ignore_git_paths: bool, ignore_unsigned_files: bool,
             allow_symlinks: bool, as_json: bool) -> None:
     """Verify MODEL_DIR against its OpenSSF Model Signing signature (exit 3 if it fails)."""
-    pub = load_public_key(public_key)
+    try:
+        pub = load_public_key(public_key)
+    except VerificationError as err:  # a bad key file is the environment (6), not a failed check
+        raise EnvironmentProblem(err.message, hint="pass the signer's PEM public key (KEY.pub)"
+                                 ) from err
     try:
         with hash_progress(not as_json, None, "hashing") as progress:
             res = verify_model(model_dir, pub, signature=signature, ignore_paths=ignore_paths,

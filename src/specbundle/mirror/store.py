@@ -34,7 +34,13 @@ import filelock
 
 from specbundle._fsutil import atomic_write_bytes, atomic_write_json, canonical_json, fsync_dir
 from specbundle.digest import is_sha256, sha256_bytes
-from specbundle.errors import BundleNotFound, MirrorError, UsageError
+from specbundle.errors import (
+    BundleNotFound,
+    EnvironmentProblem,
+    MirrorError,
+    NotAMirror,
+    UsageError,
+)
 from specbundle.record import ArtifactRecord, BundleRecord
 
 __all__ = ["GENESIS", "GcResult", "Mirror", "model_dir_name", "utc_now"]
@@ -82,11 +88,18 @@ class Mirror:
     def open(cls, root: Path, *, create: bool = False) -> Mirror:
         """Open an existing mirror, or create its skeleton when ``create`` is set."""
         m = cls(root)
+        if m.root.exists() and not m.root.is_dir():
+            raise NotAMirror(f"{m.root} is not a specbundle mirror (not a directory)",
+                             hint="pass the mirror folder as --mirror or $SPECBUNDLE_MIRROR")
         if create:
-            for sub in ("objects/sha256", "bundles", "tmp"):
-                (m.root / sub).mkdir(parents=True, exist_ok=True)
+            try:
+                for sub in ("objects/sha256", "bundles", "tmp"):
+                    (m.root / sub).mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise EnvironmentProblem(
+                    f"cannot create the mirror at {m.root}: {err.strerror}") from err
         elif not (m.root / "objects").is_dir():
-            raise MirrorError(
+            raise NotAMirror(
                 f"{m.root} is not a specbundle mirror (no objects/ folder)",
                 hint="pull a bundle into it first, or pass the right --mirror",
             )
@@ -242,7 +255,13 @@ class Mirror:
             ) from None
         except (OSError, ValueError) as err:
             raise MirrorError(f"bundle record {path} is unreadable: {err}") from err
-        return BundleRecord.from_json(data)
+        try:
+            return BundleRecord.from_json(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            what = f"missing field {err}" if isinstance(err, KeyError) else str(err)
+            raise MirrorError(f"bundle record {path} is malformed: {what}",
+                              hint="restore it from a transfer set or pull the bundle again"
+                              ) from err
 
     def save_bundle(self, record: BundleRecord) -> Path:
         """Write the record (caller holds :meth:`lock`); this is what makes a bundle visible."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbundle import __version__
-from specbundle.errors import SourceUnavailable, SpecError
+from specbundle.errors import SourceUnavailable, SpecError, redact
 from specbundle.mirror import Mirror, utc_now
 from specbundle.pull.fetch import FetchOutcome, Journal, fetch_file
 from specbundle.pull.huggingface import HubSource, endpoint_from_env
@@ -79,8 +79,11 @@ def _pull_artifact(
     outcomes: list[FetchOutcome] = [fu.result() for fu in futures]
     entries = tuple(sorted((o.entry for o in outcomes), key=lambda e: e.path))
     commit = resolved.commit or content_commit(entries)
+    # An endpoint given as https://user:token@host must not reach the record, the event log
+    # or the signed provenance built from it.
+    endpoint = redact(source.endpoint) if source.endpoint else None
     record = ArtifactRecord(
-        role=role, repo=art.repo, source=art.source, endpoint=source.endpoint,
+        role=role, repo=art.repo, source=art.source, endpoint=endpoint,
         requested_revision=art.revision, commit=commit, commit_kind=resolved.commit_kind,
         files=entries, skipped=skipped, pulled_at=utc_now(),
     )
@@ -110,8 +113,9 @@ def _prompts(spec: BundleSpec, spec_dir: Path | None) -> bytes | None:
     try:
         return path.read_bytes()
     except OSError as err:
-        raise SpecError(f"cannot read {path}: {err.strerror}", field="bench.prompts_file") \
-            from None
+        raise SpecError(f"cannot read {path.absolute()}: {err.strerror}",
+                        field="bench.prompts_file",
+                        hint="the prompts file is read relative to the spec's folder") from None
 
 
 def pull_bundle(

@@ -20,10 +20,11 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+from huggingface_hub.errors import HTTPError as HubTransportError  # type: ignore[attr-defined]
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils._headers import build_hf_headers
 
-from specbundle.errors import SourceUnavailable
+from specbundle.errors import SourceUnavailable, UsageError
 from specbundle.pull.interface import ModelSource, OpenSink, RemoteFile, ResolvedRevision
 
 __all__ = ["DEFAULT_ENDPOINT", "HubSource", "endpoint_from_env"]
@@ -31,6 +32,9 @@ __all__ = ["DEFAULT_ENDPOINT", "HubSource", "endpoint_from_env"]
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
 _CHUNK = 1 << 20
+# What HfApi raises when the endpoint cannot be reached: huggingface_hub re-exports its HTTP
+# stack's base error (requests, httpx or httpx2 depending on its version), so name it there.
+_UNREACHABLE = (HfHubHTTPError, HubTransportError, httpx.HTTPError, OSError)
 
 
 def endpoint_from_env() -> str:
@@ -47,6 +51,10 @@ class HubSource(ModelSource):
 
     def __init__(self, endpoint: str | None = None, *, timeout: float = 300.0) -> None:
         self.endpoint = (endpoint or endpoint_from_env()).rstrip("/")
+        if not re.match(r"^https?://[^/\s]+", self.endpoint):
+            raise UsageError(f"hub endpoint {self.endpoint!r} is not an http(s) URL",
+                             hint="pass --endpoint or set HF_ENDPOINT to e.g. "
+                                  "https://huggingface.co")
         self._api = HfApi(endpoint=self.endpoint, token=_token() or False)
         self._http = httpx.Client(
             follow_redirects=True, timeout=httpx.Timeout(timeout, connect=30.0),
@@ -70,7 +78,7 @@ class HubSource(ModelSource):
             raise SourceUnavailable(f"{repo}: revision {revision!r} not found") from err
         except RepositoryNotFoundError as err:
             raise self._missing(repo, revision) from err
-        except (HfHubHTTPError, httpx.HTTPError, OSError) as err:
+        except _UNREACHABLE as err:
             raise SourceUnavailable(f"{self.endpoint} unavailable resolving {repo}: {err}") from err
         commit = info.sha
         if not commit or not _SHA1_RE.match(commit):
@@ -79,7 +87,7 @@ class HubSource(ModelSource):
             raise SourceUnavailable(f"{repo}: asked for commit {revision}, endpoint gave {commit}")
         try:
             tree = list(self._api.list_repo_tree(repo, revision=commit, recursive=True))
-        except (HfHubHTTPError, httpx.HTTPError, OSError) as err:
+        except _UNREACHABLE as err:
             raise SourceUnavailable(f"cannot list {repo}@{commit}: {err}") from err
         files = tuple(
             RemoteFile(
@@ -96,7 +104,7 @@ class HubSource(ModelSource):
         # list the repo's refs to tell the two apart, and name the refs that do exist.
         try:
             refs = self._api.list_repo_refs(repo)
-        except (HfHubHTTPError, httpx.HTTPError, OSError):
+        except _UNREACHABLE:
             return SourceUnavailable(
                 f"repository {repo} not found on {self.endpoint} (or not accessible)",
                 hint="check the repo id; private repos need HF_TOKEN",

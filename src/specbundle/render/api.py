@@ -17,7 +17,7 @@ from typing import Any
 
 from specbundle import __version__
 from specbundle._fsutil import atomic_write_bytes, fsync_dir
-from specbundle.errors import RenderError, UsageError
+from specbundle.errors import EnvironmentProblem, RenderError, UsageError
 from specbundle.mirror import Mirror
 from specbundle.record import BundleRecord
 from specbundle.render.interface import (
@@ -254,8 +254,12 @@ def render_bundle(
 def _write_folder(dest: Path, files: list[tuple[str, str, int]]) -> list[Path]:
     """Write files into a staging folder beside ``dest``, then swap it in whole."""
     dest = dest.resolve()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    except OSError as err:
+        raise EnvironmentProblem(f"cannot write rendered manifests to {dest}: {err.strerror}",
+                                 hint="pick a writable --out folder") from err
     try:
         for rel, content, mode in files:
             atomic_write_bytes(stage / rel, content.encode("utf-8"), mode)

@@ -32,6 +32,7 @@ __all__ = [
 METHOD_WORDS: tuple[str, ...] = ("eagle", "dflash", "dspark")
 
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_IMAGE_REF_RE = re.compile(r"^[A-Za-z0-9][^\s@'\"`$]*(@sha256:[0-9a-f]{64})?$")
 _PINNED_RE = re.compile(r"(@|^)sha256:[0-9a-f]{64}$")
 
 
@@ -89,6 +90,9 @@ def resolve_image(spec_image: str, *, image: str | None = None, digest: str | No
     if image is not None and digest is not None:
         raise RenderError("give either an image reference or an image digest, not both")
     if image is not None:
+        if not _IMAGE_REF_RE.match(image):  # it lands verbatim in shell, YAML and unit files
+            raise RenderError(f"image reference {image!r} is not valid",
+                              hint="use name[:tag]@sha256:<64 hex>, without spaces")
         return image
     if digest is None:
         return spec_image
