@@ -119,3 +119,10 @@ def test_deep_json_config_is_no_crash(tmp_path: Path) -> None:
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"a": 1}))
     rep = scan_tree(tmp_path, options=FAST)
     assert rep.crashed_checks == ()
+
+
+def test_empty_tree_is_never_clean(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    report = scan_tree(tmp_path / "empty")
+    assert report.blocked
+    assert [f.check_id for f in report.findings] == ["files.nothing-scanned"]

@@ -70,6 +70,7 @@ class FilesCheck(Check):
         "files.unknown-type": "A file type the scan does not know (fail closed)",
         "files.record-mismatch": "Mirrored tree differs from the bundle record",
         "files.skipped": "A file pull deliberately did not mirror (recorded)",
+        "files.nothing-scanned": "No file to scan: an empty tree is never reported clean",
     }
 
     def run(self, ctx: CheckContext) -> CheckOutcome:
@@ -81,6 +82,10 @@ class FilesCheck(Check):
         return CheckOutcome.of(out)
 
     def _tree(self, ctx: CheckContext, tree: ArtifactTree) -> Iterator[Finding]:
+        if not tree.files:
+            # one public scanner reports "nothing scanned" as clean; we block instead
+            yield finding("files.nothing-scanned", Severity.HIGH,
+                          f"no files to scan in {tree.root}", None)
         names = [f.rel for f in tree.files] + [s.path for s in tree.skipped]
         for n in names:
             why = name_problem(n)

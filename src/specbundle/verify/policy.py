@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from specbundle.attest import PREDICATE_BY_KIND, PublicKey, public_key_from_pem
 from specbundle.digest import sha256_bytes
 from specbundle.errors import SpecbundleError, SpecError
+from specbundle.spec import yaml_problem
 
 __all__ = ["DEFAULT_REQUIRE", "Requirement", "TrustPolicy", "TrustedKey", "load_policy",
            "parse_duration", "parse_policy"]
@@ -184,7 +185,7 @@ def parse_policy(data: bytes, *, source: str = "<policy>") -> TrustPolicy:
     try:
         doc: Any = yaml.safe_load(data) if data.strip() else None
     except yaml.YAMLError as err:
-        raise SpecError(f"not valid YAML: {err}", file=source) from err
+        raise SpecError(f"not valid YAML: {yaml_problem(err)}", file=source) from None
     if not isinstance(doc, dict) or not doc:
         raise SpecError("empty trust policy: refusing to trust anything", file=source)
     try:
