@@ -20,13 +20,12 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+from bench_sign import run, timed_round_robin  # same folder: shared timing helpers
 
 from specbundle.attest import generate_key
 from specbundle.mirror import Mirror
@@ -82,13 +81,6 @@ deployment: {{p95_concurrency: 8}}
     return mirror, policy, work / "set"
 
 
-def run(cmd: list[str]) -> None:
-    """Run a reference command; a failure aborts the benchmark (no silent zeros)."""
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        raise SystemExit(f"{cmd[0]} failed: {res.stderr.strip()}")
-
-
 def main() -> None:
     """Entry point."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -111,15 +103,21 @@ def main() -> None:
         imported = work / "imported"
 
         def copy() -> None:
+            shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir()
             run(["cp", *map(str, objects), str(scratch)])
             run(["sync", *map(str, scratch.iterdir())])
 
         def do_import() -> None:
+            shutil.rmtree(scratch, ignore_errors=True)
             res = import_bundle(set_dir, Mirror.open(scratch, create=True), policy)
             rep = res.verified.report if res.verified else None
             if rep is None or rep.bytes_hashed_on_write != rep.bytes_checked:
                 raise SystemExit("import re-read staged bytes: the single pass is broken")
+
+        def export() -> None:
+            shutil.rmtree(scratch, ignore_errors=True)
+            export_bundle(mirror, "bench", scratch, [generate_key("ecdsa-p256")])
 
         # each writing arm follows a read-only one, so none inherits another's writeback
         arms: dict[str, Callable[[], object]] = {
@@ -129,17 +127,10 @@ def main() -> None:
             "verify_rehash_pass": lambda: verify_bundle(Mirror.open(imported), "bench", policy),
             "cp_and_sync": copy,
             "sha256_reread": lambda: run(["openssl", "dgst", "-sha256", *map(str, objects)]),
-            "specbundle_export": lambda: export_bundle(mirror, "bench", scratch,
-                                                       [generate_key("ecdsa-p256")]),
+            "specbundle_export": export,
         }
         import_bundle(set_dir, Mirror.open(imported, create=True), policy)
-        best = dict.fromkeys(arms, float("inf"))
-        for _ in range(args.repeat):
-            for name, fn in arms.items():  # alternate so load spikes hit every arm alike
-                shutil.rmtree(scratch, ignore_errors=True)
-                t0 = time.perf_counter()
-                fn()
-                best[name] = min(best[name], time.perf_counter() - t0)
+        best = timed_round_robin(arms, args.repeat)  # alternating: load hits every arm alike
         shutil.rmtree(scratch, ignore_errors=True)
         best["openssl_dgst_sequential"] = min(best.pop("sha256_reread"),
                                               best["openssl_dgst_sequential"])
