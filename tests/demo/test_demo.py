@@ -28,8 +28,8 @@ def test_demo_runs_every_stage(tmp_path: Path) -> None:
     work = tmp_path / "specbundle-demo"
     doc = _demo(work)
     stages = {s["stage"]: s for s in doc["stages"]}
-    assert list(stages) == ["models", "publish", "pull", "scan", "sign", "render", "verify",
-                            "admit", "audit"]
+    assert list(stages) == ["models", "publish", "pull", "scan", "sign", "export", "import",
+                            "verify", "render", "admit", "audit"]
     assert stages["pull"]["endpoint"].startswith("http://127.0.0.1:")
     assert stages["scan"]["blocked"] is False
     assert stages["audit"]["broken"] is False
@@ -38,16 +38,20 @@ def test_demo_runs_every_stage(tmp_path: Path) -> None:
     assert rec.target.commit == stages["publish"]["target_commit"]
     assert rec.draft is not None and rec.draft.commit == stages["publish"]["draft_commit"]
     assert (m.bundle_dir("demo") / "sign" / "draft" / "model.sig").is_file()
-    assert (m.bundle_dir("demo") / "render" / "llamacpp" / "shell").is_dir()
+    # past the air gap: a separate mirror that only the transfer set filled
+    iso = Mirror.open(work / "isolated" / "mirror")
+    assert stages["import"]["status"] == "imported"
+    assert iso.load_bundle("demo").draft == rec.draft
+    assert (iso.bundle_dir("demo") / "render" / "llamacpp" / "shell").is_dir()
     admit = stages["admit"]
     if "criteria" in admit:  # llama-server installed: a signed decision with every criterion
         names = {c["name"] for c in admit["criteria"]}
         assert {"throughput_ratio", "alpha_above_c"} <= names
-        status = json.loads((m.bundle_dir("demo") / "admit" / "status.json").read_text())
+        status = json.loads((iso.bundle_dir("demo") / "admit" / "status.json").read_text())
         assert status["admitted"] is admit["admitted"]
-    # the event log tells the same story, hash-chained
-    kinds = [e["type"] for e in m.read_events()]
-    assert kinds[:3] == ["pull", "scan", "sign"]
+    # each side's event log tells its part of the story, hash-chained
+    assert [e["type"] for e in m.read_events()][:3] == ["pull", "scan", "sign"]
+    assert iso.read_events()[0]["type"] == "import"
 
     # a second run is idempotent: same commits, nothing fetched again
     again = _demo(work)

@@ -2,8 +2,10 @@
 
 It generates a pair (GGUF + safetensors, one shared tokenizer), publishes both as git repos
 that a loopback hub serves (olah, from the ``demo`` extra; without it the ``dir:`` source is
-used), and runs every stage into ``./specbundle-demo/``. Each stage is one library call; this
-module only wires them together and reports what each did.
+used), and runs every stage into ``./specbundle-demo/``: on the connected side pull, scan, sign
+and export into ``mirror/``; across the air gap import into ``isolated/mirror/``, then verify,
+render, bench + admit and audit there. Each stage is one library call; this module only wires
+them together and reports what each did.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +36,7 @@ from specbundle.scan import scan_bundle
 from specbundle.sign import sign_bundle
 from specbundle.spec import BundleSpec, EngineName, load_spec
 from specbundle.synth import make_pair
+from specbundle.transfer import export_bundle, import_bundle
 from specbundle.verify import TrustPolicy, parse_policy, verify_bundle
 
 __all__ = ["DEMO_BUNDLE", "command", "demo_spec"]
@@ -158,7 +162,8 @@ def _llama_server() -> Path | None:
     return binary if binary.exists() else None
 
 
-def _isolated_side(mirror: Mirror, spec: BundleSpec, work: Path, run: _Run) -> None:
+def _connected_side(mirror: Mirror, spec: BundleSpec, work: Path, run: _Run) -> Path:
+    """Scan, sign and export the pulled bundle; returns the transfer set's folder."""
     key = _demo_key(work)
     with run.stage("scan") as info:
         report = scan_bundle(mirror, mirror.load_bundle(spec.name), spec)
@@ -173,7 +178,30 @@ def _isolated_side(mirror: Mirror, spec: BundleSpec, work: Path, run: _Run) -> N
         info["summary"] = (f"model.sig for target and draft + provenance, scan and pair-binding "
                            f"attestations, key {key.public.fingerprint[:16]}")
         info["model_sigs"] = [str(p) for p in signed.signatures.values()]
+    out = work / "transfer"
+    with run.stage("export") as info:
+        shutil.rmtree(out, ignore_errors=True)
+        exported = export_bundle(mirror, spec.name, out, [key])
+        info["version"] = exported.version
+        info["summary"] = (f"transfer set v{exported.version}: {exported.parts} parts, "
+                           f"{exported.bytes / 1e6:.1f} MB, signed index in {out}")
+    return out
+
+
+def _isolated_side(transfer: Path, spec: BundleSpec, work: Path, run: _Run) -> None:
+    """Everything past the air gap, against a separate mirror: no network is used."""
+    key = _demo_key(work)
     policy = _demo_policy(work, key)
+    mirror = Mirror.open(work / "isolated" / "mirror", create=True)
+    with run.stage("import") as info:
+        imported = import_bundle(transfer, mirror, policy)
+        info["status"] = imported.status
+        info["summary"] = (f"{imported.status} v{imported.version} into {mirror.root} "
+                           "(everything verified before it became visible)")
+    with run.stage("verify") as info:
+        verified = verify_bundle(mirror, spec.name, policy)
+        info["summary"] = (f"{verified.report.files_checked} files re-hashed; signatures "
+                           "and trust policy ok (offline)")
     with run.stage("render") as info:
         outs = []
         for engine in (EngineName.LLAMACPP, EngineName.VLLM, EngineName.SGLANG):
@@ -184,10 +212,6 @@ def _isolated_side(mirror: Mirror, spec: BundleSpec, work: Path, run: _Run) -> N
         info["out"] = outs
         info["summary"] = "shell manifests for llama.cpp, vLLM, SGLang; a systemd unit for " \
                           f"llama.cpp, under {mirror.bundle_dir(spec.name) / 'render'}"
-    with run.stage("verify") as info:
-        verified = verify_bundle(mirror, spec.name, policy)
-        info["summary"] = (f"{verified.report.files_checked} files re-hashed; signatures "
-                           "and trust policy ok (offline)")
     binary = _llama_server()
     if binary is None:
         with run.stage("admit") as info:
@@ -249,11 +273,14 @@ def command(work_dir: Path, as_json: bool) -> None:
             info["endpoint"] = endpoint
             info["fetched_files"] = sum(len(a.downloaded) + len(a.resumed)
                                         for a in res.artifacts)
-        _isolated_side(mirror, spec, work, run)
+        transfer = _connected_side(mirror, spec, work, run)
+        _isolated_side(transfer, spec, work, run)
 
     _hub_or_dir(work, (pair.target_dir, pair.draft_dir), run, pipeline)
     if as_json:
         print_json({"workdir": str(work), "bundle": DEMO_BUNDLE, "stages": run.stages})
     else:
-        console.print(f"\nbundle [bold]{DEMO_BUNDLE}[/] is in {work / 'mirror'}; "
-                      f"try: specbundle mirror show {DEMO_BUNDLE} --mirror {work / 'mirror'}")
+        iso = work / "isolated" / "mirror"
+        console.print(f"\nbundle [bold]{DEMO_BUNDLE}[/] is in {work / 'mirror'} (connected) and "
+                      f"{iso} (isolated); try:\n  specbundle audit {DRAFT_REPO} --mirror {iso} "
+                      f"--trust {work / 'trust.yaml'}")
