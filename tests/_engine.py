@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from specbundle.bench.prometheus import parse_scrape
 from specbundle.bench.servers import launch
 from specbundle.errors import BenchError
 
@@ -100,15 +101,12 @@ def complete(url: str, prompt: str, *, n_predict: int = 128, timeout: float = 12
 def metrics(url: str) -> dict[str, float]:
     """``/metrics`` samples keyed by name plus labels, e.g.
     ``llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"}``."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     r = httpx.get(url + "/metrics", timeout=10.0, trust_env=False)
     r.raise_for_status()
     out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(r.text):
-        for s in fam.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-            out[s.name + (f"{{{labels}}}" if labels else "")] = s.value
+    for name, labels, value in parse_scrape(r.text).samples:  # the bench's own parser
+        text = ",".join(f'{k}="{v}"' for k, v in labels)
+        out[name + (f"{{{text}}}" if text else "")] = value
     return out
 
 
