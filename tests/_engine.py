@@ -11,7 +11,6 @@ import contextlib
 import importlib
 import importlib.util
 import os
-import socket
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import httpx
 import pytest
 
 from specbundle.bench.prometheus import parse_scrape
-from specbundle.bench.servers import launch
+from specbundle.bench.servers import free_port, launch
 from specbundle.errors import BenchError
 
 __all__ = ["EngineStartError", "complete", "find_llama_server", "free_port", "llama_server",
@@ -48,13 +47,6 @@ def find_llama_server() -> Path | None:
     except Exception:  # noqa: BLE001 - the package raises its own BinaryNotFoundError
         return None
     return path if path.is_file() and os.access(path, os.X_OK) else None
-
-
-def free_port() -> int:
-    """A loopback TCP port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def spec_args(draft_gguf: Path, *, n_max: int = 8, p_min: float = 0.0) -> list[str]:

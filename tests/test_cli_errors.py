@@ -6,12 +6,12 @@ Pins the fixes of the end-to-end bad-input review; fast, in-process, no engine, 
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 import yaml
 
+from specbundle.bench.servers import free_port
 from specbundle.mirror import Mirror
 from tests.clihelp import run_cli
 from tests.render.conftest import make_bundle, spec_dict
@@ -32,9 +32,7 @@ def _error_doc(out: str) -> dict[str, object]:
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()  # free a moment ago, so nothing listens there
 
 
 def _spec_file(tmp_path: Path) -> Path:
