@@ -161,6 +161,10 @@ def load_signing_key(path: Path, passphrase: bytes | None = None) -> SigningKey:
         data = path.read_bytes()
     except OSError as err:
         raise EnvironmentProblem(f"cannot read key file {path}: {err.strerror}") from err
+    if b"PUBLIC KEY-----" in data[:4096] and b"PRIVATE KEY-----" not in data[:4096]:
+        # the common mix-up (KEY.pub for KEY): say so instead of "not a readable private key"
+        raise UsageError(f"{path} holds a public key; --key needs the private key",
+                         hint="pass the key file itself, not KEY.pub")
     loader = (serialization.load_pem_private_key if b"-----BEGIN" in data
               else serialization.load_der_private_key)
     try:

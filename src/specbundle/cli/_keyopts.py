@@ -12,7 +12,7 @@ import click
 
 from specbundle.attest import SigningKey, load_signing_key
 from specbundle.cli._progress import byte_progress
-from specbundle.errors import EnvironmentProblem, UsageError
+from specbundle.errors import EnvironmentProblem
 
 __all__ = ["PASSPHRASE_ENV", "hash_progress", "load_keys", "passphrase_option", "read_passphrase"]
 
@@ -47,19 +47,10 @@ def load_keys(paths: tuple[Path, ...], passphrase_file: Path | None) -> list[Sig
         try:
             out.append(load_signing_key(p, None))
         except EnvironmentProblem:
-            _refuse_public_key(p)
             if pw is None:
                 raise
             out.append(load_signing_key(p, pw))
     return out
-
-
-def _refuse_public_key(path: Path) -> None:
-    """Name the common mix-up (KEY.pub for KEY) instead of "not a readable private key"."""
-    with contextlib.suppress(OSError):
-        if b"PUBLIC KEY-----" in path.read_bytes()[:4096]:
-            raise UsageError(f"{path} holds a public key; --key needs the private key",
-                             hint="pass the key file itself, not KEY.pub")
 
 
 @contextlib.contextmanager
