@@ -48,7 +48,7 @@ class MalformedDocument(ValueError):
 
 
 def decode_utf8(data: bytes, *, what: str = "document") -> str:
-    """Decode strict UTF-8 (an optional UTF-8 BOM is dropped); UTF-16/32 and invalid bytes refused."""
+    """Strict UTF-8 (a UTF-8 BOM is dropped); UTF-16/32 and invalid bytes are refused."""
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise MalformedDocument(f"{what} is UTF-16/32 encoded; save it as UTF-8")
     if data.startswith(b"\xef\xbb\xbf"):
@@ -64,7 +64,9 @@ def decode_utf8(data: bytes, *, what: str = "document") -> str:
     return text
 
 
-def read_bounded(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, what: str | None = None) -> bytes:
+def read_bounded(
+    path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, what: str | None = None,
+) -> bytes:
     """Read a whole file, refusing one larger than ``max_bytes`` before reading it.
 
     Raises:
@@ -172,7 +174,7 @@ class _StrictLoader(yaml.SafeLoader):
         self._depth = 0
         self._aliases = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+    def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > _MAX_YAML_ALIASES:
