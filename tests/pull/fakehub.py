@@ -34,6 +34,7 @@ class Behaviour:
     files: dict[str, bytes] = field(default_factory=dict)
     stall_info: bool = False          # model info never answers
     rate_limit_info: bool = False     # model info always answers 429
+    rate_limit_tree: bool = False     # the tree listing always answers 429 (a retried call)
     trickle: bool = False             # file bodies arrive a few bytes per second
     stall_body_after: int | None = None  # file bodies stop after this many bytes
     requests: list[str] = field(default_factory=list)
@@ -75,6 +76,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"id": repo, "sha": SHA,
                              "siblings": [{"rfilename": p} for p in b.files]})
         elif self.path.startswith(f"/api/models/{repo}/tree/{SHA}"):
+            if b.rate_limit_tree:
+                self._json(429, {"error": "slow down"}, {"Retry-After": "1"})
+                return
             self._json(200, [{"type": "file", "path": p, "size": len(d), "oid": blob_id(d)}
                              for p, d in b.files.items()])
         elif m := re.match(rf"^/{repo}/resolve/{SHA}/(.+)$", self.path):

@@ -142,7 +142,16 @@ def _configure_library(t: HubTimeouts) -> None:
 
         def make() -> Any:
             client = default_client_factory()
-            client.timeout = type(client.timeout)(t.read, connect=t.connect)
+            limits = type(client.timeout)(t.read, connect=t.connect).as_dict()
+
+            def bounded(request: Any) -> None:
+                # huggingface_hub passes timeout=None per call (no timeout at all): bound it
+                if any(v is None for v in request.extensions.get("timeout", {}).values()):
+                    request.extensions["timeout"] = limits
+
+            hooks = client.event_hooks
+            client.event_hooks = {"request": [*hooks.get("request", []), bounded],
+                                  "response": list(hooks.get("response", []))}
             return client
 
         factory(make)
