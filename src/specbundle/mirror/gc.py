@@ -78,14 +78,20 @@ def _remove(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
+_PULL_LEFTOVERS = ("partial", ".rollback-", ".trash.")
+
+
 def reclaim_partials(mirror: Mirror) -> bool:
-    """Remove ``tmp/partial`` when no writer is live (caller holds the lock); True if removed."""
+    """Remove pull's own leftovers in ``tmp/`` (partial downloads, rollback links, trash) when
+    no writer is live; caller holds the lock. True if anything was removed."""
     live, _ = live_leases(mirror.root, reap=True)
-    part = mirror.root / "tmp" / "partial"
-    if live or not part.exists():
+    tmp = mirror.root / "tmp"
+    if live or not tmp.is_dir():
         return False
-    shutil.rmtree(part, ignore_errors=True)
-    return True
+    gone = [p for p in tmp.iterdir() if p.name.startswith(_PULL_LEFTOVERS)]
+    for p in gone:
+        _remove(p)
+    return bool(gone)
 
 
 def _reclaim_tmp(mirror: Mirror, live: int, dry: bool) -> list[str]:
@@ -93,7 +99,7 @@ def _reclaim_tmp(mirror: Mirror, live: int, dry: bool) -> list[str]:
     removed: list[str] = []
     now = time.time()
     for p in sorted(tmp.iterdir()) if tmp.is_dir() else ():
-        mine = p.name == "partial" or p.name.startswith((".trash.", ".obj.", ".bytes."))
+        mine = p.name.startswith((*_PULL_LEFTOVERS, ".obj.", ".bytes."))
         if live and (p.name == "partial" or now - _newest_mtime(p) < TMP_GRACE_S):
             continue
         if not mine and now - _newest_mtime(p) < TMP_GRACE_S:

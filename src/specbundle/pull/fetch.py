@@ -150,7 +150,7 @@ def _download(
             while chunk := old.read(BLOCK_SIZE):
                 state.update(chunk)
     try:
-        fh = part.open("ab")
+        fh = part.open("ab", buffering=0)  # unbuffered: a full disk fails in write, not close
     except OSError as err:
         raise disk_error(err, part, need=f.size, what="downloading into") from err
     with fh:
@@ -165,7 +165,8 @@ def _download(
                 if cancel.is_set():
                     raise Cancelled(f"{f.path}: interrupted")
                 try:
-                    fh.write(chunk)
+                    if fh.write(chunk) != len(chunk):
+                        raise OSError(28, "short write")
                 except OSError as err:
                     left = None if f.size is None else f.size - state.size
                     raise disk_error(err, part, need=left, what="downloading into") from err
@@ -176,10 +177,6 @@ def _download(
             return write
 
         source.fetch(resolved, f, offset, sink)
-        try:
-            fh.flush()
-        except OSError as err:
-            raise disk_error(err, part, need=f.size, what="downloading into") from err
     digest = state.sha.hexdigest()
     problem = state.problem(f)
     if problem:
