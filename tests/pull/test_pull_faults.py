@@ -63,10 +63,10 @@ def _assert_consistent(m: Mirror, name: str) -> str:
 
 
 @pytest.fixture
-def moving_repo(hub: LocalHub, tmp_path: Path, repo_name: str) -> Iterator[tuple[str, Path]]:
+def moving_repo(hub: LocalHub, tmp_path: Path, repo_name: str) -> tuple[str, Path]:
     src = make_model_dir(tmp_path / "src", seed=11)
     publish_repo(hub.root, repo_name, src)
-    yield repo_name, src
+    return repo_name, src
 
 
 @pytest.mark.parametrize("point", PULL_POINTS)
@@ -108,7 +108,7 @@ def test_crash_at_each_pull_commit_point(
 def test_crash_at_each_gc_commit_point(
     hub: LocalHub, tmp_path: Path, moving_repo: tuple[str, Path], point: str,
 ) -> None:
-    repo, src = moving_repo
+    repo, _ = moving_repo
     mirror = tmp_path / "m"
     keep, drop = tmp_path / "keep.yaml", tmp_path / "drop.yaml"
     keep.write_text(spec_text("keep", repo, repo))
