@@ -369,7 +369,10 @@ def load_spec(path: Path) -> BundleSpec:
     except OSError as err:
         raise SpecError(f"cannot read: {err.strerror or err}", file=str(path)) from None
     except MalformedDocument as err:
-        raise SpecError(str(err).removeprefix(f"{path.name}: "), file=str(path)) from None
+        msg = str(err).removeprefix(f"{path.name}: ")
+        if msg.startswith("not valid YAML (") and msg.endswith(")"):
+            msg = "not valid YAML: " + msg[len("not valid YAML ("):-1]
+        raise SpecError(msg, file=str(path)) from None
     spec = parse_spec(data, file=str(path))
     return _resolve_dirs(spec, path.parent.resolve())
 
