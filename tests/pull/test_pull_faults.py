@@ -244,3 +244,33 @@ def test_full_disk_during_pull_names_path_and_space_then_resumes(
     assert done.returncode == 0, done.stderr.decode()
     _assert_consistent(m, "full")
     assert not list((mirror / "tmp").iterdir())
+
+
+def test_a_failed_event_append_puts_the_previous_record_back(
+    hub: LocalHub, tmp_path: Path, moving_repo: tuple[str, Path],
+) -> None:
+    """Exit 6 means nothing changed: the record is rolled back when its event cannot be logged."""
+    repo, src = moving_repo
+    spec = tmp_path / "b.yaml"
+    spec.write_text(spec_text("rb", repo, repo))
+    mirror = tmp_path / "m"
+    args = ["pull", str(spec), "--mirror", str(mirror)]
+    assert _run(args, hub.endpoint).returncode == 0
+    m = Mirror.open(mirror)
+    before = (m.bundle_dir("rb") / "bundle.json").read_bytes()
+    old = m.load_bundle("rb").target.commit
+    (src / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "v": 3}')
+    new = publish_repo(hub.root, repo, src)
+    log = m.events_path.read_bytes()
+    m.events_path.unlink()
+    m.events_path.mkdir()  # the log cannot be opened for writing: a disk-level failure
+    failed = _run(args, hub.endpoint)
+    assert failed.returncode == 6, failed.stderr.decode()
+    assert str(m.events_path) in failed.stderr.decode()
+    assert (m.bundle_dir("rb") / "bundle.json").read_bytes() == before
+    assert (m.model_dir(repo) / "refs" / "main").read_text() == old
+    m.events_path.rmdir()
+    m.events_path.write_bytes(log)
+    assert _run(args, hub.endpoint).returncode == 0
+    assert _assert_consistent(m, "rb") == new
+    assert not list((mirror / "tmp").iterdir())
