@@ -183,3 +183,30 @@ def test_corrupt_record_is_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture[
         code, _, err = run_cli(capsys, "mirror", "show", "a", "--mirror", str(tmp_path / "m"))
         assert code == 3, (bad[:10], err)
         assert "Traceback" not in err and "bundle.json" in err
+
+
+def test_a_mirror_from_the_older_layout_is_read_then_migrated_by_gc(tmp_path: Path) -> None:
+    """Old mirrors have real ``snapshots/<commit>`` folders and no per-selection trees."""
+    import os
+    import shutil
+
+    _pull(tmp_path, "a", 1, 2)
+    m = Mirror.open(tmp_path / "m")
+    rec = m.load_bundle("a")
+    for art in rec.artifacts:  # rewrite the store as the previous release laid it out
+        snap = m.snapshot_dir(art.repo, art.commit)
+        snap.unlink()
+        shutil.rmtree(m.model_dir(art.repo) / "trees")
+        for f in art.files:
+            (snap / f.path).parent.mkdir(parents=True, exist_ok=True)
+            (snap / f.path).symlink_to(os.path.relpath(
+                m.model_dir(art.repo) / "blobs" / f.sha256, (snap / f.path).parent))
+    for art in rec.artifacts:
+        assert m.artifact_dir(art) == m.snapshot_dir(art.repo, art.commit)
+    m.gc()
+    for art in rec.artifacts:
+        tree = m.artifact_dir(art)
+        assert tree.parent.name == "trees" and tree.is_dir()
+        assert m.snapshot_dir(art.repo, art.commit).is_symlink()
+        assert {p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_symlink()} \
+            == {f.path for f in art.files}

@@ -156,9 +156,17 @@ def _gc_trees(mirror: Mirror, sels: dict[tuple[str, str], list[tuple[FileEntry, 
     for mdir in sorted(mirror.root.glob("models--*")):
         commits = by_dir.get(mdir.name, {})
         keep = {trees.tree_name(c, fs) for c, many in commits.items() for fs in many}
-        if not dry:  # views first: a live commit's view may need a new union tree
+        if not dry:  # trees and views first: a mirror from the older layout gets them here
             for commit, many in commits.items():
-                view = trees.publish_view(mirror, repos[mdir.name], commit, many)
+                try:
+                    for files in many:
+                        trees.build_tree(mirror, repos[mdir.name], commit, files)
+                    view = trees.publish_view(mirror, repos[mdir.name], commit, many)
+                except MirrorError:
+                    view = None  # an object is missing: verify reports it; gc keeps the rest
+                    legacy = mdir / "snapshots" / commit
+                    if legacy.is_symlink():
+                        keep.add(legacy.readlink().name)
                 if view is not None:
                     keep.add(view.readlink().name)
                     _faults.point("gc.view-rebuilt")
