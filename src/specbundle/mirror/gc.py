@@ -159,8 +159,8 @@ def _gc_trees(mirror: Mirror, sels: dict[tuple[str, str], list[tuple[FileEntry, 
         if not dry:  # trees and views first: a mirror from the older layout gets them here
             for commit, many in commits.items():
                 try:
-                    for files in many:
-                        trees.build_tree(mirror, repos[mdir.name], commit, files)
+                    for sel in many:
+                        trees.build_tree(mirror, repos[mdir.name], commit, sel)
                     view = trees.publish_view(mirror, repos[mdir.name], commit, many)
                 except MirrorError:
                     view = None  # an object is missing: verify reports it; gc keeps the rest
