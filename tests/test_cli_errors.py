@@ -231,7 +231,7 @@ def test_mirror_ls_lists_the_readable_and_names_the_broken(
     broken.write_text("{broken")
     code, out, err = run_cli(capsys, "mirror", "ls", "--mirror", str(mirror.root), "--json")
     doc = json.loads(out)
-    assert code == 1 and [b["name"] for b in doc["bundles"]] == ["llama-pair"]
+    assert code == 3 and [b["name"] for b in doc["bundles"]] == ["llama-pair"]
     assert list(doc["unreadable"]) == ["other"] and str(broken) in err
 
 

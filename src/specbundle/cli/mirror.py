@@ -8,7 +8,7 @@ import click
 
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json, print_table
-from specbundle.errors import MirrorError
+from specbundle.errors import CorruptMirror, MirrorError
 
 __all__ = ["command"]
 
@@ -50,7 +50,7 @@ def ls(mirror_dir: Path | None, as_json: bool) -> None:
              for r in rows],
         )
     if broken:
-        raise MirrorError(f"{len(broken)} bundle record(s) unreadable: "
+        raise CorruptMirror(f"{len(broken)} bundle record(s) unreadable: "
                           + "; ".join(broken.values()))
 
 
