@@ -117,3 +117,44 @@ def test_shipped_examples_validate() -> None:
     assert len(examples) >= 3
     for ex in examples:
         assert load_spec(ex).name
+
+
+_MINIMAL = ("apiVersion: specbundle/v1\nmetadata: {name: x}\ntarget: {repo: a/b}\n"
+            "speculative: {method: ngram, num_speculative_tokens: 2}\nengines: {vllm: {}}\n"
+            "deployment: {p95_concurrency: 1}\n")
+
+
+@pytest.mark.parametrize(("data", "says"), [
+    (_MINIMAL.encode("utf-16"), "UTF-16"),
+    (b"apiVersion: \xff\xfe specbundle/v1\n", "not valid UTF-8"),
+    (b"a: " + b"[" * 10_000 + b"]" * 10_000 + b"\n", "nested deeper"),
+    (_MINIMAL.encode() + b"target: {repo: c/d}\n", "duplicate key 'target'"),
+    (b"# " + b"x" * (2 << 20) + b"\n", "larger than"),
+])
+def test_malformed_spec_files_are_one_line_exit_2(
+    tmp_path: Path, data: bytes, says: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tests.clihelp import run_cli
+
+    path = tmp_path / "bundle.yaml"
+    path.write_bytes(data)
+    with pytest.raises(SpecError, match=says):
+        load_spec(path)
+    code, _, err = run_cli(capsys, "pull", str(path), "--mirror", str(tmp_path / "m"))
+    assert code == 2, err
+    assert says in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) <= 2  # the error line and at most a hint
+
+
+def test_huge_spec_is_refused_before_parsing(tmp_path: Path) -> None:
+    """A 100 MB bundle.yaml is refused by its size, not parsed for minutes."""
+    import time
+
+    path = tmp_path / "bundle.yaml"
+    with path.open("wb") as fh:
+        fh.write(_MINIMAL.encode())
+        fh.truncate(100 << 20)
+    t0 = time.monotonic()
+    with pytest.raises(SpecError, match="larger than"):
+        load_spec(path)
+    assert time.monotonic() - t0 < 5

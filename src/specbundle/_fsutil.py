@@ -7,14 +7,46 @@ directory, are fsynced, then renamed over the target, and the directory is fsync
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_json", "canonical_json", "fsync_dir"]
+from specbundle.errors import DiskError
+
+__all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_json", "canonical_json",
+           "disk_error", "fsync_dir"]
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _free_bytes(path: Path) -> int | None:
+    for p in (path, *path.parents):
+        try:
+            return shutil.disk_usage(p).free
+        except OSError:
+            continue
+    return None
+
+
+def disk_error(err: OSError, path: Path, *, need: int | None = None,
+               what: str = "writing") -> DiskError:
+    """A one-line :class:`DiskError` naming the path (and the space needed, on a full disk)."""
+    if isinstance(err, DiskError):
+        return err
+    if err.errno in _NO_SPACE or (err.errno is None and "short write" in str(err)):
+        free = _free_bytes(path)
+        need_s = f"{need} bytes needed" if need is not None else "more space needed"
+        free_s = f", {free} free" if free is not None else ""
+        return DiskError(f"no space left on the device {what} {path}: {need_s}{free_s}",
+                         hint="free space on that filesystem (specbundle mirror gc) and rerun;"
+                              " the previous state was kept")
+    return DiskError(f"{what} {path} failed: {err.strerror or err}",
+                     hint="the previous state was kept")
 
 
 def fsync_dir(path: Path) -> None:
@@ -27,10 +59,16 @@ def fsync_dir(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_open(path: Path, mode: int = 0o644) -> Iterator[IO[bytes]]:
-    """Yield a binary file that replaces ``path`` only if the block completes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def atomic_open(path: Path, mode: int = 0o644, *, need: int | None = None) -> Iterator[IO[bytes]]:
+    """Yield a binary file that replaces ``path`` only if the block completes.
+
+    A disk failure leaves ``path`` as it was and raises :class:`DiskError` naming it.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise disk_error(err, path, need=need) from err
     tmp_path = Path(tmp)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -40,6 +78,9 @@ def atomic_open(path: Path, mode: int = 0o644) -> Iterator[IO[bytes]]:
         tmp_path.chmod(mode)
         tmp_path.replace(path)
         fsync_dir(path.parent)
+    except OSError as err:
+        tmp_path.unlink(missing_ok=True)
+        raise disk_error(err, path, need=need) from err
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
@@ -47,7 +88,7 @@ def atomic_open(path: Path, mode: int = 0o644) -> Iterator[IO[bytes]]:
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` atomically."""
-    with atomic_open(path, mode) as fh:
+    with atomic_open(path, mode, need=len(data)) as fh:
         fh.write(data)
 
 

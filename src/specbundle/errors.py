@@ -10,7 +10,9 @@ them to exit codes in one table (``specbundle.cli._errors``), so "the check said
       PullError                        6  the hub or a local source could not deliver
         SourceUnavailable              6  network / auth / missing repo or revision
         DigestMismatch (pull)          3  bytes differ from what the hub declared
-      MirrorError                      1  corrupt store, missing bundle
+      MirrorError                      1  the store could not do what was asked
+        CorruptMirror                  3  a record, log or tree in the mirror is malformed
+        MirrorBusy                     6  another writer holds the mirror lock too long
         BundleNotFound                 2  a named bundle that is not in the mirror
         NotAMirror                     2  --mirror names a folder that is not a mirror
       ScanError                        1  a check crashed (never reported as clean)
@@ -20,6 +22,7 @@ them to exit codes in one table (``specbundle.cli._errors``), so "the check said
       BenchError                       6  engine or endpoint unavailable, could not measure
       AdmissionRejected                5  the gate said no
       EnvironmentProblem               6  missing tool, bad key file, offline violation
+        DiskError                      6  a full or failing disk (names path and space needed)
 
 Messages never contain credentials: :func:`redact` scrubs the HF token and URL
 ``user:password@`` parts from any text.
@@ -35,9 +38,12 @@ __all__ = [
     "AdmissionRejected",
     "BenchError",
     "BundleNotFound",
+    "CorruptMirror",
     "DigestMismatch",
+    "DiskError",
     "EnvironmentProblem",
     "ExitCode",
+    "MirrorBusy",
     "MirrorError",
     "NotAMirror",
     "PullError",
@@ -142,6 +148,18 @@ class MirrorError(SpecbundleError):
     kind = "mirror"
 
 
+class CorruptMirror(MirrorError):
+    """Something read from the mirror is malformed: a corrupt or tampered store, not a bug."""
+
+    exit_code = ExitCode.VERIFICATION_FAILED
+
+
+class MirrorBusy(MirrorError):
+    """Another writer held the mirror lock for longer than we wait."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
 class BundleNotFound(MirrorError):
     """A bundle name that the mirror does not hold."""
 
@@ -200,3 +218,10 @@ class EnvironmentProblem(SpecbundleError):
 
     exit_code = ExitCode.ENVIRONMENT
     kind = "environment"
+
+
+class DiskError(EnvironmentProblem, OSError):
+    """A write the disk refused (full, read-only, failing); still an ``OSError`` for callers.
+
+    The message names the path and, for a full disk, the bytes needed and free.
+    """

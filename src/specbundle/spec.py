@@ -17,9 +17,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specbundle.errors import SpecError
+from specbundle.strict import MalformedDocument, load_yaml_file
 
 __all__ = [
     "API_VERSION",
+    "MAX_SPEC_BYTES",
     "AdmissionThresholds",
     "ArtifactSpec",
     "BenchSettings",
@@ -351,16 +353,26 @@ def yaml_problem(err: yaml.YAMLError) -> str:
     return " ".join(str(err).split())
 
 
+#: A bundle spec is a few KB; anything near this is not one (and PyYAML would parse a 100 MB
+#: file for minutes before any field check could refuse it).
+MAX_SPEC_BYTES = 1024 * 1024
+
+
 def load_spec(path: Path) -> BundleSpec:
-    """Read and validate a ``bundle.yaml``; ``dir:`` sources resolve against its folder."""
+    """Read and validate a ``bundle.yaml``; ``dir:`` sources resolve against its folder.
+
+    Parsed by :mod:`specbundle.strict` (UTF-8 only, duplicate keys, depth and size bounded),
+    so every malformed file is one :class:`SpecError` line (exit 2), never a traceback.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
+        data = load_yaml_file(path, max_bytes=MAX_SPEC_BYTES)
     except OSError as err:
-        raise SpecError(f"cannot read: {err.strerror}", file=str(path)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise SpecError(f"not valid YAML: {yaml_problem(err)}", file=str(path)) from None
+        raise SpecError(f"cannot read: {err.strerror or err}", file=str(path)) from None
+    except MalformedDocument as err:
+        msg = str(err).removeprefix(f"{path.name}: ")
+        if msg.startswith("not valid YAML (") and msg.endswith(")"):
+            msg = "not valid YAML: " + msg[len("not valid YAML ("):-1]
+        raise SpecError(msg, file=str(path)) from None
     spec = parse_spec(data, file=str(path))
     return _resolve_dirs(spec, path.parent.resolve())
 

@@ -114,7 +114,7 @@ def test_template_change_since_previous_scan(tmp_path: Path) -> None:
 
 def test_tampered_snapshot_is_a_record_mismatch(tmp_path: Path) -> None:
     mirror, rec, spec = _pulled(tmp_path)
-    snap = mirror.snapshot_dir(rec.target.repo, rec.target.commit)
+    snap = mirror.artifact_dir(rec.target)
     (snap / "README.md").unlink()
     (snap / "README.md").write_text("swapped\n")
     (snap / "added.json").write_text("{}")

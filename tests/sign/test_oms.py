@@ -170,3 +170,48 @@ def test_cli_sign_model_and_verify_model_exit_codes(tmp_path: Path,
     with pytest.raises(SystemExit) as ex:
         main(["sign-model", str(tmp_path / "empty"), "--key", str(priv)])
     assert ex.value.code == 2
+
+
+def _lone_gguf(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"GGUF" + bytes(range(256)) * 64)
+    return path
+
+
+@pytest.mark.parametrize("alg", CURVES)
+def test_single_file_model_signs_and_verifies_both_ways(tmp_path: Path, alg: KeyAlgorithm) -> None:
+    """A lone GGUF is a model (OMS §6.1.2): its one resource is named by its basename."""
+    model = _lone_gguf(tmp_path / "m" / "tiny.gguf")
+    key = generate_key(alg)
+    priv, pub = key_files(tmp_path, key, "k")
+    ours = tmp_path / "ours.sig"
+    res = sign_model(model, key, signature=ours)
+    assert [r.name for r in res.manifest.resources] == ["tiny.gguf"]
+    assert res.manifest.model_name == "tiny.gguf"
+    verify_model(model, key.public, signature=ours)
+    # the reference tool signs the same file; specbundle verifies its signature
+    theirs = tmp_path / "theirs.sig"
+    _ms_sign(model, theirs, priv)
+    got = verify_model(model, load_public_key(pub), signature=theirs)
+    assert got.manifest.root_digest == res.manifest.root_digest
+    # the reference verifies specbundle's signature over the folder holding just that file
+    # (given the file itself, model-signing 1.1.1 names its resource "." instead of the
+    # basename the OMS spec and the conformance suite's key-single-file vector use)
+    _ms_verify(model.parent, ours, pub)
+    model.write_bytes(model.read_bytes()[:-1] + b"\x00")
+    for sig in (ours, theirs):
+        with pytest.raises(ModelVerificationFailed):
+            verify_model(model, key.public, signature=sig)
+
+
+def test_single_file_model_via_the_cli(tmp_path: Path) -> None:
+    model = _lone_gguf(tmp_path / "lone.gguf")
+    key = generate_key("ecdsa-p256")
+    priv, pub = key_files(tmp_path, key, "k")
+    sig = tmp_path / "lone.sig"
+    for args in (["sign-model", str(model), "--key", str(priv), "--signature", str(sig)],
+                 ["verify-model", str(model), "--public-key", str(pub), "--signature",
+                  str(sig)]):
+        with pytest.raises(SystemExit) as exc:
+            main(args)
+        assert exc.value.code == 0, args

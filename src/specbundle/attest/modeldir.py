@@ -6,6 +6,9 @@ it), minus the git paths at the root unless asked, minus the signature file itse
 are followed only when allowed; a symlinked *directory* is refused outright, because the
 reference silently skips it and a signature that silently omits files is worse than an error.
 Special files (sockets, fifos, devices) and dangling links are always refused.
+
+A model may also be a single file (a lone GGUF or ONNX): OMS names its one resource by the
+file's basename, and the model (subject) by the same name.
 """
 
 from __future__ import annotations
@@ -70,9 +73,11 @@ def scan_model_dir(
     allow_symlinks: bool = False, signature: Path | None = None,
     extra_ignored: Iterable[str] = (),
 ) -> ModelTree:
-    """List the files a signature over ``model_dir`` covers (no hashing)."""
+    """List the files a signature over ``model_dir`` (a folder or one file) covers (no hashing)."""
+    if model_dir.is_file():
+        return _single_file(model_dir, allow_symlinks=allow_symlinks)
     if not model_dir.is_dir():
-        raise UsageError(f"{model_dir} is not a directory")
+        raise UsageError(f"{model_dir} is neither a directory nor a regular file")
     refused: list[tuple[str, str]] = []
     if model_dir.is_symlink() and not allow_symlinks:
         refused.append((".", "the model path is a symlink (pass --allow-symlinks)"))
@@ -110,6 +115,14 @@ def scan_model_dir(
     return ModelTree(model_dir, files, tuple(refused), ignore, allow_symlinks)
 
 
+def _single_file(path: Path, *, allow_symlinks: bool) -> ModelTree:
+    refused: tuple[tuple[str, str], ...] = ()
+    if path.is_symlink() and not allow_symlinks:
+        refused = ((path.name, "symlink (pass --allow-symlinks to follow it)"),)
+    files = {} if refused else {path.name: path}
+    return ModelTree(path, files, refused, GIT_IGNORED_PATHS, allow_symlinks)
+
+
 def hash_model_tree(
     tree: ModelTree, *, known: dict[str, str] | None = None, workers: int | None = None,
     progress: Callable[[int], None] | None = None,
@@ -119,6 +132,6 @@ def hash_model_tree(
     todo = [p for rel, p in tree.files.items() if rel not in known]
     hashed = hash_files(todo, workers=workers, progress=progress) if todo else {}
     pairs = [(rel, known.get(rel) or hashed[p]) for rel, p in tree.files.items()]
-    name = tree.root.resolve().name
+    name = tree.root.name if tree.root.is_file() else tree.root.resolve().name
     return OmsManifest.build(name, pairs, allow_symlinks=tree.allow_symlinks,
                              ignore_paths=tree.ignore_paths)

@@ -149,6 +149,10 @@ class OmsManifest:
                     or not isinstance(r.get("name"), str) or not is_sha256(str(r.get("digest"))):
                 raise VerificationError(f"malformed OMS resource {r!r}")
             res.append(Resource(r["name"], r["digest"]))
+        if len(res) == 1 and res[0].name == ".":
+            # the reference tool names a single-file model's one resource "." (its path
+            # relative to itself); OMS names it by the basename, which is the subject name
+            res = [Resource(st.subjects[0].name, res[0].digest)]
         ignore = ser.get("ignore_paths", [])
         if not isinstance(ignore, list) or not all(isinstance(p, str) for p in ignore):
             raise VerificationError("OMS serialization.ignore_paths must be a list of strings")

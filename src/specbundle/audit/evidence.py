@@ -105,7 +105,7 @@ def _alias_links(mirror: Mirror, rec: BundleRecord) -> tuple[dict[str, Path], li
         if link is None or art is None or not link.is_symlink():
             continue
         found[role] = link
-        snap = mirror.snapshot_dir(art.repo, art.commit)
+        snap = mirror.artifact_dir(art)
         if link.resolve() != snap.resolve():
             links.append(Link(f"{role} manifest alias", "failed",
                               f"{link} points to {link.resolve()}, not {art.repo}@{art.commit}"))

@@ -62,7 +62,7 @@ def _workload(mirror: Mirror, rec: BundleRecord, spec: BundleSpec) -> Workload:
     if rel.startswith("/") or ".." in Path(rel).parts:
         raise SpecError("must be a relative path inside the bundle", field="bench.prompts_file")
     candidates = [mirror.bundle_dir(rec.name) / rel,
-                  mirror.snapshot_dir(rec.target.repo, rec.target.commit) / rel]
+                  mirror.artifact_dir(rec.target) / rel]
     for path in candidates:
         if path.is_file():
             return load_prompts_file(path)

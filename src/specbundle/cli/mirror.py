@@ -8,7 +8,7 @@ import click
 
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json, print_table
-from specbundle.errors import MirrorError
+from specbundle.errors import CorruptMirror, MirrorError
 
 __all__ = ["command"]
 
@@ -50,7 +50,7 @@ def ls(mirror_dir: Path | None, as_json: bool) -> None:
              for r in rows],
         )
     if broken:
-        raise MirrorError(f"{len(broken)} bundle record(s) unreadable: "
+        raise CorruptMirror(f"{len(broken)} bundle record(s) unreadable: "
                           + "; ".join(broken.values()))
 
 
@@ -71,7 +71,7 @@ def show(bundle: str, mirror_dir: Path | None, as_json: bool) -> None:
             f"\n[bold]{art.role}[/] {art.repo}  {art.requested_revision} -> {art.commit}"
             f" ({art.commit_kind})  source={art.source} endpoint={art.endpoint or '-'}"
         )
-        console.print(f"  path: {m.snapshot_dir(art.repo, art.commit)}")
+        console.print(f"  path: {m.artifact_dir(art)}")
         print_table(None, ["file", "size", "sha256", "hub lfs sha256"],
                     [[f.path, f.size, f.sha256, f.lfs_sha256 or "-"] for f in art.files])
         for s in art.skipped:
@@ -89,8 +89,12 @@ def gc(mirror_dir: Path | None, dry_run: bool, as_json: bool) -> None:
         print_json({"removed_objects": list(res.removed_objects),
                     "removed_snapshots": list(res.removed_snapshots),
                     "freed_bytes": res.freed_bytes, "kept_objects": res.kept_objects,
+                    "removed_tmp": list(res.removed_tmp), "live_writers": res.live_writers,
                     "dry_run": res.dry_run})
         return
     verb = "would remove" if dry_run else "removed"
     console.print(f"{verb} {len(res.removed_objects)} objects ({res.freed_bytes} bytes) and "
-                  f"{len(res.removed_snapshots)} snapshots; kept {res.kept_objects} objects")
+                  f"{len(res.removed_snapshots)} trees and {len(res.removed_tmp)} temp entries; "
+                  f"kept {res.kept_objects} objects"
+                  + (f" ({res.live_writers} writer(s) running: their objects kept)"
+                     if res.live_writers else ""))

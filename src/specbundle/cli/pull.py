@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from specbundle.cli._options import json_option, mirror_option, open_mirror
-from specbundle.cli._output import console, print_json, print_table
+from specbundle.cli._output import console, err_console, print_json, print_table
 from specbundle.cli._progress import byte_progress
 from specbundle.pull import PullResult, pull_bundle
 from specbundle.spec import load_spec
@@ -45,9 +45,12 @@ def command(spec_file: Path, mirror_dir: Path | None, endpoint: str | None, work
     with byte_progress(not as_json) as bar:
         res = pull_bundle(spec, mirror, endpoint=endpoint, workers=workers, progress=bar,
                           spec_dir=spec_file.parent)
+    for note in res.notes:  # the bundle is committed: a warning, not an error exit
+        err_console.print(f"warning: {note}", markup=False, highlight=False)
     if as_json:
         print_json({
             "bundle": res.record.to_json(), "unchanged": res.unchanged,
+            "notes": list(res.notes),
             "transfer": [{"role": a.role, "downloaded": list(a.downloaded),
                           "resumed": list(a.resumed), "reused": list(a.reused)}
                          for a in res.artifacts],

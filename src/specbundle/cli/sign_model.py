@@ -15,7 +15,7 @@ __all__ = ["command"]
 
 
 @click.command("sign-model")
-@click.argument("model_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("model_dir", type=click.Path(exists=True, path_type=Path))
 @click.option("--key", "key_path", required=True,
               type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="ECDSA P-256/P-384/P-521 private key (PEM or PKCS#8).")

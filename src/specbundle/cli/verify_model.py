@@ -17,7 +17,7 @@ __all__ = ["command"]
 
 
 @click.command("verify-model")
-@click.argument("model_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("model_dir", type=click.Path(exists=True, path_type=Path))
 @click.option("--public-key", "--public_key", "public_key", required=True,
               type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="PEM public key of the signer.")

@@ -9,14 +9,17 @@ visible; an interrupted pull resumes from what it verified.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from specbundle import __version__
-from specbundle.errors import SourceUnavailable, SpecError, redact
+from specbundle import __version__, _faults
+from specbundle.errors import SourceUnavailable, SpecbundleError, SpecError, redact
 from specbundle.mirror import Mirror, utc_now
+from specbundle.mirror.lease import Lease
 from specbundle.pull.fetch import FetchOutcome, Journal, fetch_file
 from specbundle.pull.huggingface import HubSource, endpoint_from_env
 from specbundle.pull.interface import ModelSource, ProgressSink, ResolvedRevision
@@ -26,6 +29,9 @@ from specbundle.record import ArtifactRecord, BundleRecord, Role
 from specbundle.spec import ArtifactSpec, BundleSpec, dump_spec
 
 __all__ = ["ArtifactPull", "PullResult", "pull_bundle", "source_for"]
+
+_faults.register("pull.trees-built", "pull.record-saved", "pull.event-appended",
+                 "pull.published")
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ class PullResult:
     record: BundleRecord
     artifacts: tuple[ArtifactPull, ...]
     unchanged: bool
+    #: Problems after the commit (the bundle is committed; e.g. a ref could not be moved).
+    notes: tuple[str, ...] = ()
 
     @property
     def bytes_total(self) -> int:
@@ -61,7 +69,7 @@ def source_for(art: ArtifactSpec, endpoint: str | None = None) -> ModelSource:
 
 def _pull_artifact(
     role: Role, art: ArtifactSpec, mirror: Mirror, source: ModelSource, pool: ThreadPoolExecutor,
-    progress: ProgressSink | None, cancel: threading.Event,
+    progress: ProgressSink | None, cancel: threading.Event, lease: Lease,
 ) -> tuple[ArtifactRecord, ArtifactPull]:
     resolved: ResolvedRevision = source.resolve(art.repo, art.revision)
     wanted, skipped = select_files(art, resolved.files)
@@ -75,7 +83,7 @@ def _pull_artifact(
     total = sum(f.size or 0 for f in wanted)
     task = progress.add_task(f"{role} {art.repo}", total=total) if progress else None
     futures = [pool.submit(fetch_file, mirror, source, resolved, f, journal, progress, task,
-                           cancel) for f in wanted]
+                           cancel, lease) for f in wanted]
     outcomes: list[FetchOutcome] = [fu.result() for fu in futures]
     entries = tuple(sorted((o.entry for o in outcomes), key=lambda e: e.path))
     commit = resolved.commit or content_commit(entries)
@@ -141,40 +149,115 @@ def pull_bundle(
     counts: list[ArtifactPull] = []
     sources = [source_for(a, endpoint) for _, a in arts]
     cancel = threading.Event()
-    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pull")
+    with mirror.lease("pull") as lease:
+        pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pull")
+        try:
+            for (role, art), src in zip(arts, sources, strict=True):
+                rec, cnt = _pull_artifact(role, art, mirror, src, pool, progress, cancel, lease)
+                records[role] = rec
+                counts.append(cnt)
+        except BaseException:
+            # Ctrl-C or a failed file: stop every transfer now (a stalled read included);
+            # verified objects and partial files stay for the next run, no record is written.
+            cancel.set()
+            for src in sources:
+                src.abort()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        finally:
+            pool.shutdown(wait=True)
+            for src in sources:
+                if isinstance(src, HubSource):
+                    src.close()
+        result = _commit(spec, mirror, records, tuple(counts), prompts)
     try:
-        for (role, art), src in zip(arts, sources, strict=True):
-            rec, cnt = _pull_artifact(role, art, mirror, src, pool, progress, cancel)
-            records[role] = rec
-            counts.append(cnt)
+        with mirror.lock():
+            mirror.reclaim_tmp()  # the last writer out clears tmp/partial
+    except (SpecbundleError, OSError):
+        pass  # tidying only: gc reclaims it later
+    return result
+
+
+def _logged(mirror: Mirror, record: BundleRecord) -> bool:
+    """Whether the log already holds the pull event of this exact record."""
+    for ev in reversed(mirror.read_events()):
+        if ev.get("type") == "pull" and ev.get("bundle") == record.name:
+            data = ev.get("data") or {}
+            return not isinstance(data, dict) or data.get("created", record.created) \
+                == record.created
+    return False
+
+
+def _event_data(record: BundleRecord, previous: BundleRecord | None) -> dict[str, object]:
+    target, draft = record.target, record.draft
+    return {
+        "target": {"repo": target.repo, "commit": target.commit,
+                   "endpoint": target.endpoint, "files": len(target.files)},
+        "draft": None if draft is None else {
+            "repo": draft.repo, "commit": draft.commit, "endpoint": draft.endpoint,
+            "files": len(draft.files)},
+        "replaced": previous.created if previous else None,
+        "created": record.created,
+    }
+
+
+def _publish(mirror: Mirror, record: BundleRecord) -> tuple[str, ...]:
+    """Move the HF view and refs; after the commit a failure is a note, not an error."""
+    try:
+        mirror.publish(record)
+    except (SpecbundleError, OSError) as err:
+        msg = err.message if isinstance(err, SpecbundleError) else str(err)
+        return (f"bundle committed, but the Hugging Face view/refs were not moved: {msg}; "
+                "rerun pull to move them",)
+    _faults.point("pull.published")
+    return ()
+
+
+def _save_with_rollback(mirror: Mirror, record: BundleRecord,
+                        previous: BundleRecord | None) -> None:
+    """Save the record and log it; if logging fails, put the previous record back."""
+    path = mirror.bundle_dir(record.name) / "bundle.json"
+    backup: Path | None = None
+    if path.exists():
+        fd, name = tempfile.mkstemp(prefix=f".rollback-{record.name}.", dir=mirror.tmp_dir)
+        os.close(fd)
+        backup = Path(name)
+        backup.unlink()
+        os.link(path, backup)  # a second name for the old record: no data blocks needed
+    try:
+        mirror.save_bundle(record, publish=False)
+        _faults.point("pull.record-saved")
+        mirror.append_event("pull", record.name, _event_data(record, previous))
     except BaseException:
-        # Ctrl-C or a failed file: stop every transfer now; verified objects and partial
-        # files stay for the next run, and no record is written.
-        cancel.set()
-        pool.shutdown(wait=True, cancel_futures=True)
+        if backup is not None:
+            backup.replace(path)
+        else:
+            path.unlink(missing_ok=True)
         raise
     finally:
-        pool.shutdown(wait=True)
-        for src in sources:
-            if isinstance(src, HubSource):
-                src.close()
-    return _commit(spec, mirror, records, tuple(counts), prompts)
+        if backup is not None:
+            backup.unlink(missing_ok=True)
+    _faults.point("pull.event-appended")
 
 
 def _commit(spec: BundleSpec, mirror: Mirror, records: dict[str, ArtifactRecord],
             counts: tuple[ArtifactPull, ...], prompts: bytes | None) -> PullResult:
     with mirror.lock():
-        if prompts is not None and spec.bench.prompts_file is not None:
-            mirror.write_bundle_file(spec.name, spec.bench.prompts_file, prompts)
         for rec in records.values():
             mirror.link_snapshot(rec)
+        _faults.point("pull.trees-built")
+        if prompts is not None and spec.bench.prompts_file is not None:
+            mirror.write_bundle_file(spec.name, spec.bench.prompts_file, prompts)
         previous = None
         if spec.name in mirror.bundle_names():
             previous = mirror.load_bundle(spec.name)
         target, draft = records["target"], records.get("draft")
         if (previous is not None and _same(previous.target, target)
                 and _same(previous.draft, draft) and previous.spec == dump_spec(spec)):
-            return PullResult(previous, counts, unchanged=True)
+            if not _logged(mirror, previous):  # a crash between record and event
+                mirror.append_event("pull", previous.name, _event_data(previous, None))
+            return PullResult(previous, counts, unchanged=True,
+                              notes=_publish(mirror, previous))
         if previous is not None:
             mirror.write_bundle_file(
                 spec.name, f"history/bundle-{previous.created.replace(':', '')}.json",
@@ -185,13 +268,5 @@ def _commit(spec: BundleSpec, mirror: Mirror, records: dict[str, ArtifactRecord]
             # blobs other stages attached (engine image archives) stay with the bundle
             extra_blobs=previous.extra_blobs if previous is not None else (),
         )
-        mirror.save_bundle(record)
-        mirror.append_event("pull", spec.name, {
-            "target": {"repo": target.repo, "commit": target.commit,
-                       "endpoint": target.endpoint, "files": len(target.files)},
-            "draft": None if draft is None else {
-                "repo": draft.repo, "commit": draft.commit, "endpoint": draft.endpoint,
-                "files": len(draft.files)},
-            "replaced": previous.created if previous else None,
-        })
-    return PullResult(record, counts, unchanged=False)
+        _save_with_rollback(mirror, record, previous)
+        return PullResult(record, counts, unchanged=False, notes=_publish(mirror, record))

@@ -11,7 +11,6 @@ sha256 the hub does not declare.
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +18,11 @@ from typing import Literal
 
 import filelock
 
-from specbundle._fsutil import atomic_write_json
-from specbundle.digest import BLOCK_SIZE
+from specbundle._fsutil import atomic_write_json, disk_error
+from specbundle.digest import BLOCK_SIZE, is_sha256
 from specbundle.errors import DigestMismatch, PullError
 from specbundle.mirror import Mirror, model_dir_name
+from specbundle.mirror.lease import Lease
 from specbundle.pull.interface import (
     ModelSource,
     ProgressSink,
@@ -31,6 +31,7 @@ from specbundle.pull.interface import (
     WriteChunk,
 )
 from specbundle.record import FileEntry
+from specbundle.strict import MalformedDocument, load_json_file
 
 __all__ = ["Cancelled", "FetchOutcome", "Journal", "fetch_file"]
 
@@ -55,9 +56,12 @@ class Journal:
         if commit is not None:
             self._path = mirror.root / "journal" / model_dir_name(repo) / f"{commit}.json"
             try:
-                self._data = json.loads(self._path.read_text())
-            except (FileNotFoundError, ValueError):
-                self._data = {}
+                data = load_json_file(self._path)
+            except (OSError, MalformedDocument):
+                data = {}  # a cache: a bad journal only costs re-downloads
+            self._data = {k: v for k, v in data.items() if isinstance(v, dict)
+                          and isinstance(v.get("size"), int)
+                          and is_sha256(str(v.get("sha256")))} if isinstance(data, dict) else {}
 
     def get(self, path: str) -> tuple[int, str] | None:
         """(size, sha256) verified earlier for this path, if any."""
@@ -98,9 +102,16 @@ class Cancelled(PullError):
 def fetch_file(
     mirror: Mirror, source: ModelSource, resolved: ResolvedRevision, f: RemoteFile,
     journal: Journal, progress: ProgressSink | None = None, task: object = None,
-    cancel: threading.Event | None = None,
+    cancel: threading.Event | None = None, lease: Lease | None = None,
 ) -> FetchOutcome:
-    """Make sure the verified bytes of ``f`` are in the store; return its entry."""
+    """Make sure the verified bytes of ``f`` are in the store; return its entry.
+
+    With a ``lease``, every digest is pinned before the store is asked for it, so a
+    concurrent gc cannot remove an object between "it is there" and the commit.
+    """
+    known = journal.get(f.path)
+    if lease is not None:
+        lease.pin(f.lfs_sha256, known[1] if known else None)
     entry = _reuse(mirror, journal, f)
     if entry is not None:
         if progress is not None and task is not None:
@@ -108,7 +119,10 @@ def fetch_file(
         return FetchOutcome(entry, "reused")
     key = hashlib.sha256(f"{resolved.repo}\0{resolved.commit}\0{f.path}".encode()).hexdigest()
     pdir = mirror.tmp_dir / "partial"
-    pdir.mkdir(exist_ok=True)
+    try:
+        pdir.mkdir(exist_ok=True)
+    except OSError as err:
+        raise disk_error(err, pdir, what="creating") from err
     part = pdir / f"{key}.part"
     try:
         with filelock.FileLock(str(pdir / f"{key}.lock"), timeout=_LOCK_TIMEOUT_S):
@@ -116,7 +130,7 @@ def fetch_file(
             if entry is not None:
                 return FetchOutcome(entry, "reused")
             return _download(mirror, source, resolved, f, journal, part, progress, task,
-                             cancel or threading.Event())
+                             cancel or threading.Event(), lease)
     except filelock.Timeout as err:
         raise PullError(f"{f.path}: another pull holds its download lock") from err
 
@@ -124,7 +138,7 @@ def fetch_file(
 def _download(
     mirror: Mirror, source: ModelSource, resolved: ResolvedRevision, f: RemoteFile,
     journal: Journal, part: Path, progress: ProgressSink | None, task: object,
-    cancel: threading.Event,
+    cancel: threading.Event, lease: Lease | None,
 ) -> FetchOutcome:
     offset = part.stat().st_size if part.exists() else 0
     if f.size is not None and offset > f.size:
@@ -135,7 +149,11 @@ def _download(
         with part.open("rb") as old:  # re-hash the bytes an interrupted run already wrote
             while chunk := old.read(BLOCK_SIZE):
                 state.update(chunk)
-    with part.open("ab") as fh:
+    try:
+        fh = part.open("ab", buffering=0)  # unbuffered: a full disk fails in write, not close
+    except OSError as err:
+        raise disk_error(err, part, need=f.size, what="downloading into") from err
+    with fh:
 
         def sink(ranged: bool) -> WriteChunk:
             if offset and not ranged:  # the source ignored the range: start the file over
@@ -146,7 +164,12 @@ def _download(
             def write(chunk: bytes) -> None:
                 if cancel.is_set():
                     raise Cancelled(f"{f.path}: interrupted")
-                fh.write(chunk)
+                try:
+                    if fh.write(chunk) != len(chunk):
+                        raise OSError(28, "short write")
+                except OSError as err:
+                    left = None if f.size is None else f.size - state.size
+                    raise disk_error(err, part, need=left, what="downloading into") from err
                 state.update(chunk)
                 if progress is not None and task is not None:
                     progress.advance(task, len(chunk))
@@ -160,6 +183,8 @@ def _download(
         part.unlink(missing_ok=True)
         raise DigestMismatch(f"{resolved.repo}@{resolved.commit}: {f.path}: {problem}; "
                              "nothing was mirrored")
+    if lease is not None:
+        lease.pin(digest)
     mirror.put_object(part, digest)
     entry = FileEntry(f.path, state.size, digest, f.lfs_sha256, f.git_blob_id)
     journal.put(entry)

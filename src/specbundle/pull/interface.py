@@ -75,3 +75,6 @@ class ModelSource(ABC):
         (a resumed range), False if it will send the whole file from byte 0 (the caller then
         restarts its hash and temp file). It writes every chunk to the returned writer.
         """
+
+    def abort(self) -> None:  # noqa: B027 - optional hook, a no-op for sources that never block
+        """Called from another thread on Ctrl-C: make blocked :meth:`fetch` calls fail now."""

@@ -200,7 +200,7 @@ def lint_bundle(
         raise UsageError("an image override needs exactly one engine")
     images = {e: _image_for(mirror, name, spec, e, image, image_digest) for e in engines}
     ctx = _context(mirror, record, create=False)
-    draft = mirror.snapshot_dir(record.draft.repo, record.draft.commit) if record.draft else None
+    draft = mirror.artifact_dir(record.draft) if record.draft else None
     uses = None if target is None else _target(target).uses_image
     return _lint(ctx, engines, container_target=uses, allow_unpinned_image=allow_unpinned_image,
                  draft_config=_draft_config(draft), images=images)

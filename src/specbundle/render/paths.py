@@ -59,7 +59,7 @@ def ensure_aliases(mirror: Mirror, record: BundleRecord) -> tuple[Path, Path | N
     for link, art in ((target, record.target), (draft, record.draft)):
         if link is None or art is None:
             continue
-        snap = mirror.snapshot_dir(art.repo, art.commit)
+        snap = mirror.artifact_dir(art)
         if not snap.is_dir():
             raise RenderError(
                 f"bundle {record.name!r}: {art.role} snapshot {snap} is missing from the mirror",

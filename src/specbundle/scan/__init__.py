@@ -55,7 +55,7 @@ REPORT_PATH = "scan/report.json"
 
 def _record_tree(mirror: Mirror, art: ArtifactRecord, aspec: ArtifactSpec) -> ArtifactTree:
     """The snapshot tree of one artifact, cross-checked against the record."""
-    snap = mirror.snapshot_dir(art.repo, art.commit)
+    snap = mirror.artifact_dir(art)
     problems: list[Finding] = []
     if snap.is_dir():
         tree = walk_tree(snap, art.role, allowed_roots=(mirror.root / "objects",))

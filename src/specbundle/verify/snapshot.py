@@ -78,7 +78,7 @@ def check_snapshot(
 ) -> tuple[list[Problem], int, int]:
     """Problems of one artifact's snapshot, bytes checked, and how many were hashed on write."""
     who = art.role
-    snap = mirror.snapshot_dir(art.repo, art.commit)
+    snap = mirror.artifact_dir(art)
     if not snap.is_dir():
         return [Problem("missing-file", who, f"snapshot {snap} is missing")], 0, 0
     files, problems = _walk(snap, who)

@@ -1,0 +1,207 @@
+"""Garbage collection: remove what no committed bundle and no live writer needs.
+
+Runs entirely under the mirror lock. Live = every object a readable bundle record references,
+plus every digest a live writer's lease pins (:mod:`.lease`); gc refuses to run at all when a
+record is unreadable, because it could not know what that bundle keeps alive. Trees of dead
+selections go, the HF views are rebuilt from the live selections, refs to dead commits and the
+journals of dead commits go, and ``tmp/`` is reclaimed: pull's partial downloads when no
+writer is live, anything else once it is older than :data:`TMP_GRACE_S` (an import that holds
+no lease may still be staging there).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specbundle import _faults
+from specbundle.errors import CorruptMirror, MirrorError
+from specbundle.mirror import trees
+from specbundle.mirror.lease import live_leases
+from specbundle.record import BundleRecord, FileEntry
+
+if TYPE_CHECKING:
+    from specbundle.mirror.store import Mirror
+
+__all__ = ["TMP_GRACE_S", "GcResult", "collect", "reclaim_partials"]
+
+TMP_GRACE_S = 3600.0
+_faults.register("gc.object-removed", "gc.tree-removed", "gc.view-rebuilt")
+
+
+@dataclass(frozen=True)
+class GcResult:
+    """What garbage collection removed (or would remove, in a dry run)."""
+
+    removed_objects: tuple[str, ...]
+    removed_snapshots: tuple[str, ...]
+    freed_bytes: int
+    kept_objects: int
+    dry_run: bool
+    removed_tmp: tuple[str, ...] = ()
+    live_writers: int = 0
+
+
+def _records(mirror: Mirror) -> list[BundleRecord]:
+    out = []
+    for name in mirror.bundle_names():
+        try:
+            out.append(mirror.load_bundle(name))
+        except MirrorError as err:
+            raise CorruptMirror(f"gc refused: {err.message}",
+                                hint="fix or remove that bundle first; gc cannot tell what it "
+                                     "keeps alive") from None
+    return out
+
+
+def _newest_mtime(p: Path) -> float:
+    try:
+        newest = p.lstat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+    if p.is_dir() and not p.is_symlink():
+        for q in p.rglob("*"):
+            try:
+                newest = max(newest, q.lstat().st_mtime)
+            except FileNotFoundError:
+                continue
+    return newest
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
+_PULL_LEFTOVERS = ("partial", ".rollback-", ".trash.")
+
+
+def reclaim_partials(mirror: Mirror) -> bool:
+    """Remove pull's own leftovers in ``tmp/`` (partial downloads, rollback links, trash) when
+    no writer is live; caller holds the lock. True if anything was removed."""
+    live, _ = live_leases(mirror.root, reap=True)
+    tmp = mirror.root / "tmp"
+    if live or not tmp.is_dir():
+        return False
+    gone = [p for p in tmp.iterdir() if p.name.startswith(_PULL_LEFTOVERS)]
+    for p in gone:
+        _remove(p)
+    return bool(gone)
+
+
+def _reclaim_tmp(mirror: Mirror, live: int, dry: bool) -> list[str]:
+    tmp = mirror.root / "tmp"
+    removed: list[str] = []
+    now = time.time()
+    for p in sorted(tmp.iterdir()) if tmp.is_dir() else ():
+        mine = p.name.startswith((*_PULL_LEFTOVERS, ".obj.", ".bytes."))
+        if live and (p.name == "partial" or now - _newest_mtime(p) < TMP_GRACE_S):
+            continue
+        if not mine and now - _newest_mtime(p) < TMP_GRACE_S:
+            continue
+        removed.append(f"tmp/{p.name}")
+        if not dry:
+            _remove(p)
+    return removed
+
+
+def collect(mirror: Mirror, *, dry_run: bool = False) -> GcResult:
+    """Remove objects, trees and temp files nothing needs (see the module docstring)."""
+    with mirror.lock():
+        records = _records(mirror)
+        live_writers, pinned = live_leases(mirror.root, reap=not dry_run)
+        live = set(pinned)
+        for r in records:
+            live |= r.referenced_blobs()
+        sels: dict[tuple[str, str], list[tuple[FileEntry, ...]]] = {}
+        for r in records:
+            for a in r.artifacts:
+                sels.setdefault((a.repo, a.commit), []).append(a.files)
+        removed, freed, kept = [], 0, 0
+        for obj in sorted((mirror.root / "objects" / "sha256").glob("*/*")):
+            if obj.name in live:
+                kept += 1
+                continue
+            removed.append(obj.name)
+            freed += obj.stat().st_size
+            if not dry_run:
+                obj.unlink()
+                _faults.point("gc.object-removed")
+        removed_trees = _gc_trees(mirror, sels, live, dry_run)
+        removed_tmp = _reclaim_tmp(mirror, live_writers, dry_run)
+        if not dry_run:
+            _gc_journals(mirror, sels)
+            if removed or removed_trees or removed_tmp:
+                mirror.append_event("gc", None, {"removed_objects": removed,
+                                                 "removed_snapshots": removed_trees,
+                                                 "removed_tmp": removed_tmp,
+                                                 "freed_bytes": freed})
+    return GcResult(tuple(removed), tuple(removed_trees), freed, kept, dry_run,
+                    tuple(removed_tmp), live_writers)
+
+
+def _gc_trees(mirror: Mirror, sels: dict[tuple[str, str], list[tuple[FileEntry, ...]]],
+              live: set[str], dry: bool) -> list[str]:
+    removed: list[str] = []
+    by_dir: dict[str, dict[str, list[tuple[FileEntry, ...]]]] = {}
+    repos: dict[str, str] = {}
+    for (repo, commit), files in sels.items():
+        by_dir.setdefault(mirror.model_dir(repo).name, {})[commit] = files
+        repos[mirror.model_dir(repo).name] = repo
+    for mdir in sorted(mirror.root.glob("models--*")):
+        commits = by_dir.get(mdir.name, {})
+        keep = {trees.tree_name(c, fs) for c, many in commits.items() for fs in many}
+        if not dry:  # trees and views first: a mirror from the older layout gets them here
+            for commit, many in commits.items():
+                try:
+                    for sel in many:
+                        trees.build_tree(mirror, repos[mdir.name], commit, sel)
+                    view = trees.publish_view(mirror, repos[mdir.name], commit, many)
+                except MirrorError:
+                    view = None  # an object is missing: verify reports it; gc keeps the rest
+                    legacy = mdir / "snapshots" / commit
+                    if legacy.is_symlink():
+                        keep.add(legacy.readlink().name)
+                if view is not None:
+                    keep.add(view.readlink().name)
+                    _faults.point("gc.view-rebuilt")
+        else:
+            for commit in commits:
+                view = mdir / "snapshots" / commit
+                if view.is_symlink():
+                    keep.add(view.readlink().name)
+        for snap in sorted((mdir / "snapshots").glob("*")):
+            if snap.name not in commits:
+                removed.append(f"{mdir.name}/snapshots/{snap.name}")
+                if not dry:
+                    _remove(snap)
+        for tree in sorted((mdir / trees.TREES).glob("*")):
+            if tree.name not in keep:
+                removed.append(f"{mdir.name}/{trees.TREES}/{tree.name}")
+                if not dry:
+                    _remove(tree)
+                    _faults.point("gc.tree-removed")
+        if dry:
+            continue
+        for blob in sorted((mdir / "blobs").glob("*")):
+            if blob.name not in live:
+                blob.unlink()
+        for ref in sorted(p for p in (mdir / "refs").rglob("*") if p.is_file()):
+            if ref.read_text(errors="replace").strip() not in commits:
+                ref.unlink()
+        if not commits:
+            shutil.rmtree(mdir, ignore_errors=True)
+    return removed
+
+
+def _gc_journals(mirror: Mirror, sels: dict[tuple[str, str], list[tuple[FileEntry, ...]]]) -> None:
+    """Pull's journals of verified digests are useless once their commit is gone."""
+    live = {(mirror.model_dir(r).name, c) for r, c in sels}
+    for journal in sorted(mirror.root.glob("journal/models--*/*.json")):
+        if (journal.parent.name, journal.stem) not in live:
+            journal.unlink()
