@@ -27,11 +27,12 @@ from specbundle.attest import (
     check_statement,
     sign_statement,
 )
-from specbundle.audit.chain import ChainReport, read_events_lenient, verify_log
+from specbundle.audit.chain import ChainReport, verify_log
 from specbundle.audit.revocation import RevocationCheck, check_revocations
 from specbundle.digest import is_sha256, sha256_bytes
 from specbundle.errors import UsageError, VerificationError
 from specbundle.mirror import Mirror, utc_now
+from specbundle.verify.revocations import read_events_lenient
 
 __all__ = [
     "CHECKPOINTS_FILE",
