@@ -36,10 +36,11 @@ from specbundle.audit.model import (
 )
 from specbundle.digest import hash_files, sha256_bytes
 from specbundle.errors import SpecbundleError, VerificationError
-from specbundle.mirror import Mirror
+from specbundle.mirror import Mirror, versions
+from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.record import ArtifactRecord, BundleRecord
 from specbundle.scan.findings import ScanReport
-from specbundle.sign import SCAN_REPORT, bundle_manifest, model_sig_rel
+from specbundle.sign import bundle_manifest
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = ["Predicates", "artifact_audit", "attestation_audits", "license_of", "purl", "scan_audit"]
@@ -96,11 +97,20 @@ def _files(mirror: Mirror, art: ArtifactRecord, rehash: bool) -> tuple[FileAudit
     return tuple(out)
 
 
+def _version_file(mirror: Mirror, name: str, rel: str) -> bytes | None:
+    """A file of the bundle's current signed version (the layout lives with the mirror)."""
+    try:
+        v = versions.current_version(mirror, name)
+    except VerificationError:
+        return None
+    return None if v is None else versions.read_version_file(mirror, name, v, rel)
+
+
 def _model_sig(
     mirror: Mirror, rec: BundleRecord, art: ArtifactRecord, root: str, policy: TrustPolicy | None,
 ) -> tuple[Link, tuple[str, ...]]:
     name = f"{art.role} model.sig"
-    data = mirror.read_bundle_file(rec.name, model_sig_rel(art.role))
+    data = _version_file(mirror, rec.name, model_sig_rel(art.role))
     if data is None:
         return Link(name, "missing", "the artifact was never signed (specbundle sign)"), ()
     if policy is None:
@@ -259,7 +269,7 @@ def scan_audit(
     mirror: Mirror, rec: BundleRecord, attestations: Sequence[AttestationAudit],
 ) -> ScanAudit:
     """The scan report, and whether a verified scan attestation names its exact digest."""
-    raw = mirror.read_bundle_file(rec.name, SCAN_REPORT)
+    raw = _version_file(mirror, rec.name, SCAN_REPORT)
     if raw is None:
         return ScanAudit(False, None, None, {}, (), (), "", "",
                          Link("scan report", "missing", "the bundle was never scanned"))

@@ -194,11 +194,9 @@ def _bound_files(mirror: Mirror, man: BundleManifest) -> list[Problem]:
                            man.scan_report_sha256, got))
     have = {e: sha256_bytes(b) for e, b in
             versions.version_images(mirror, man.bundle, man.version).items()}
-    for engine in sorted(set(have) | set(man.images)):
-        if have.get(engine) != man.images.get(engine):
-            out.append(Problem("changed-file", f"bundle:images/{engine}.json",
-                               "image record differs from the signed one",
-                               man.images.get(engine), have.get(engine)))
+    out += [Problem("changed-file", f"bundle:images/{e}.json",
+                    "image record differs from the signed one", man.images.get(e), have.get(e))
+            for e in sorted(set(have) | set(man.images)) if have.get(e) != man.images.get(e)]
     return out
 
 

@@ -50,6 +50,10 @@ def open_manifest(
             return None, frozenset(), [Problem("unsigned-manifest", who, RESIGN_HINT)]
         version, data = cur
         cs = check_statement(_envelope(data), policy.public_keys)
+        if not cs.signers:  # nothing of an unsigned payload is looked at
+            return None, frozenset(), [Problem(
+                "unknown-signature", who, "; ".join(cs.check.problems)
+                or "signed by no key of the trust policy", "a trusted signature", None)]
         man = parse_manifest(cs.statement, cs.check.payload)
     except VerificationError as err:
         kind = "wrong-predicate-type" if BUNDLE_MANIFEST_V1 in err.message else "malformed"
