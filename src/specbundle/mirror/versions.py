@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 from specbundle import _faults
@@ -27,10 +28,21 @@ from specbundle._fsutil import atomic_write_bytes, fsync_dir
 from specbundle.errors import VerificationError
 from specbundle.mirror.store import Mirror
 
-__all__ = ["CURRENT_REF", "SCAN_REPORT", "current_version", "flip_current", "manifest_rel",
-           "model_sig_rel",
-           "read_current_manifest", "read_manifest", "read_version_file", "version_images",
-           "version_rel", "write_manifest"]
+__all__ = [
+    "CURRENT_REF",
+    "SCAN_REPORT",
+    "current_version",
+    "flip_current",
+    "manifest_rel",
+    "model_sig_rel",
+    "read_current_manifest",
+    "read_manifest",
+    "read_version_file",
+    "reclaim_unflipped",
+    "version_images",
+    "version_rel",
+    "write_manifest",
+]
 
 CURRENT_REF = "current"
 #: The scan stage's report, whose digest the manifest signs.
@@ -112,6 +124,17 @@ def write_manifest(mirror: Mirror, name: str, version: int, data: bytes) -> Path
         raise VerificationError(f"bundle {name!r} version {version} already exists with other "
                                 "content; versions are immutable")
     return mirror.write_bundle_file(name, manifest_rel(version), data)
+
+
+def reclaim_unflipped(mirror: Mirror, name: str) -> list[int]:
+    """Remove version folders above ``current`` (a crashed writer's); caller holds the lock."""
+    cur = current_version(mirror, name) or 0
+    d = mirror.bundle_dir(name) / "versions"
+    gone = sorted(int(p.name) for p in d.glob("*") if p.name.isdigit() and int(p.name) > cur) \
+        if d.is_dir() else []
+    for v in gone:
+        shutil.rmtree(d / f"{v:06d}")
+    return gone
 
 
 def flip_current(mirror: Mirror, name: str, version: int) -> None:

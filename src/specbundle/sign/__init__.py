@@ -61,15 +61,16 @@ def _image_records(mirror: Mirror, name: str) -> dict[str, bytes]:
 
 
 def _next_version(mirror: Mirror, name: str) -> tuple[int, str | None]:
-    """The version to write and the current manifest's digest (caller holds the lock)."""
+    """The version to write and the current manifest's digest (caller holds the lock).
+
+    Versions above ``current`` were left by a writer that died before its flip: never
+    visible, so they are reclaimed and their number is used again.
+    """
     cur = versions.read_current_manifest(mirror, name)
+    versions.reclaim_unflipped(mirror, name)
     if cur is None:
-        top = max((int(p.name) for p in (mirror.bundle_dir(name) / "versions").glob("*")
-                   if p.name.isdigit()), default=0)
-        return top + 1, None
-    top = max(int(p.name) for p in (mirror.bundle_dir(name) / "versions").glob("*")
-              if p.name.isdigit())
-    return top + 1, sha256_bytes(Envelope.from_json(loads_json(cur[1])).payload)
+        return 1, None
+    return cur[0] + 1, sha256_bytes(Envelope.from_json(loads_json(cur[1])).payload)
 
 
 def _manifest_envelope(rec: BundleRecord, roots: dict[str, str], report_sha: str | None,

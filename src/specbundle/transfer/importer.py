@@ -315,6 +315,7 @@ def import_bundle(
     idx, index_bytes, _ = read_index(src, policy, mirror)
     digest = sha256_bytes(index_bytes)
     if _check_rollback(mirror, idx, digest):
+        shutil.rmtree(mirror.tmp_dir / f"import-{digest[:24]}", ignore_errors=True)
         return ImportResult(idx.bundle, idx.version, "unchanged", digest, None)
     if idx.chunk_size is not None:
         _check_chunks(src, idx)
@@ -333,9 +334,11 @@ def import_bundle(
 def _import_locked(src: Path, mirror: Mirror, policy: TrustPolicy, idx: TransferIndex,
                    index_bytes: bytes, digest: str, revocations: list[dict[str, Any]],
                    index_revoked: dict[str, str], progress: Progress | None) -> ImportResult:
+    staging_dir = mirror.tmp_dir / f"import-{digest[:24]}"
     if _check_rollback(mirror, idx, digest):
+        shutil.rmtree(staging_dir, ignore_errors=True)  # a run killed after its commit
         return ImportResult(idx.bundle, idx.version, "unchanged", digest, None)
-    staging = Mirror.open(mirror.tmp_dir / f"import-{digest[:24]}", create=True)
+    staging = Mirror.open(staging_dir, create=True)
     hashed = _stage(src, idx, staging, mirror, progress)
     _faults.point("import.staged")
     revoked = revoked_fingerprints(mirror, policy, index_revoked)
