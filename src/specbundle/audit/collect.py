@@ -41,6 +41,7 @@ from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.record import ArtifactRecord, BundleRecord
 from specbundle.scan.findings import ScanReport
 from specbundle.sign import bundle_manifest
+from specbundle.strict import loads_json
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = ["Predicates", "artifact_audit", "attestation_audits", "license_of", "purl", "scan_audit"]
@@ -95,6 +96,18 @@ def _files(mirror: Mirror, art: ArtifactRecord, rehash: bool) -> tuple[FileAudit
             status = "ok"
         out.append(FileAudit(f.path, f.size, f.sha256, f.lfs_sha256, status, got))
     return tuple(out)
+
+
+def own_manifests(mirror: Mirror, name: str) -> dict[str, int]:
+    """Digest -> version of every manifest this bundle ever had (to name superseded ones)."""
+    out: dict[str, int] = {}
+    for p in sorted((mirror.bundle_dir(name) / "versions").glob("*/manifest.json")):
+        try:
+            out[sha256_bytes(Envelope.from_json(loads_json(p.read_bytes())).payload)] = \
+                int(p.parent.name)
+        except (ValueError, OSError, VerificationError):
+            continue
+    return out
 
 
 def _version_file(mirror: Mirror, name: str, rel: str) -> bytes | None:
@@ -168,7 +181,8 @@ def _summary(ptype: str, pred: Mapping[str, Any]) -> dict[str, Any]:
     if ptype == SLSA_VSA_V1:
         return {"result": pred.get("verificationResult"), "time": pred.get("timeVerified"),
                 "policy": pred.get("policy"), "verifier": pred.get("verifier"),
-                "resourceUri": pred.get("resourceUri")}
+                "resourceUri": pred.get("resourceUri"),
+                "manifest_sha256": (pred.get("specbundle") or {}).get("manifestSha256")}
     if ptype == BENCH_EVIDENCE_V1:
         return {k: pred[k] for k in ("runId", "reportSha256", "report", "engine") if k in pred}
     return {}
@@ -178,8 +192,8 @@ def _scope_problem(policy: TrustPolicy, signers: frozenset[str], rec: BundleReco
     repos = [a.repo for a in rec.artifacts]
     for fp in sorted(signers):
         key = policy.key(fp)
-        if key is not None and not any(key.may_sign(r, rec.name) for r in repos):
-            return f"key {key.name} is not scoped to bundle {rec.name} or its repos"
+        if key is not None and not key.may_sign_all(repos, rec.name):
+            return f"key {key.name} is not scoped to bundle {rec.name} and all its repos"
     return None
 
 
