@@ -23,7 +23,7 @@ from specbundle._fsutil import atomic_write_bytes, atomic_write_json
 from specbundle.attest import SigningKey, sign_statement
 from specbundle.attest.manifest import parse_manifest_unverified
 from specbundle.digest import sha256_bytes
-from specbundle.errors import MirrorError, UsageError
+from specbundle.errors import MirrorError, UsageError, VerificationError
 from specbundle.mirror import Mirror, utc_now, versions
 from specbundle.mirror.versions import model_sig_rel
 from specbundle.sign.statements import subjects_for
@@ -78,7 +78,7 @@ def _next_version(mirror: Mirror, name: str, requested: int | None) -> int:
         if not isinstance(last, int) or isinstance(last, bool) or last < 0:
             raise ValueError(f"version {last!r} is not a count")
     except (ValueError, KeyError, TypeError) as err:
-        raise MirrorError(f"bundles/{name}/{EXPORT_STATE} is corrupt: {err}",
+        raise VerificationError(f"bundles/{name}/{EXPORT_STATE} is corrupt: {err}",
                           hint="restore it (the last exported index version) or remove it "
                                "and pass --version above every version already exported"
                           ) from None
