@@ -128,3 +128,17 @@ def test_garbage_in_import_and_export_state_is_a_clear_error(signed: Signed,
     with pytest.raises(VerificationError, match="export/state.json is corrupt") as err:
         export_bundle(signed.mirror, "pair", tmp_path / "again", [signed.key])
     assert err.value.exit_code == 3
+
+
+def test_import_refuses_an_isolated_log_shorter_than_it_has_seen(signed: Signed,
+                                                                 tmp_path: Path) -> None:
+    src = _set(signed, tmp_path)
+    dest = Mirror.open(tmp_path / "iso", create=True)
+    import_bundle(src, dest, signed.policy)
+    from specbundle.sign import sign_bundle
+
+    sign_bundle(signed.mirror, "pair", [signed.key])
+    later = _set(signed, tmp_path, "later")
+    dest.events_path.write_bytes(b"")  # the isolated log's tail (everything) is cut
+    with pytest.raises(VerificationError, match="the log was truncated"):
+        import_bundle(later, dest, signed.policy)

@@ -59,6 +59,20 @@ def _revocations(mirror: Mirror) -> tuple[dict[str, Any], ...]:
                  and isinstance(ev["data"].get("envelope"), dict))
 
 
+def _log_head(mirror: Mirror) -> dict[str, Any] | None:
+    """seq and digest of the newest event-log entry (caller holds the lock)."""
+    lines = [ln for ln in mirror.events_path.read_bytes().splitlines() if ln.strip()] \
+        if mirror.events_path.exists() else []
+    if not lines:
+        return None
+    try:
+        seq = loads_json(lines[-1], what="event")["seq"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise VerificationError(f"{mirror.events_path}: the newest entry is corrupt: {err}",
+                                hint="run `specbundle audit log --verify`") from None
+    return {"seq": seq, "digest": sha256_bytes(lines[-1])}
+
+
 def _bundle_files(mirror: Mirror, name: str) -> list[tuple[str, Path]]:
     root = mirror.bundle_dir(name)
     out = []
@@ -149,20 +163,24 @@ def export_bundle(
     chunks = writer.close() if writer else []
     _faults.point("export.parts-written")
     subjects = [s for a in rec.artifacts for s in subjects_for(a, roots[a.role])]
+    state = mirror.bundle_dir(name) / EXPORT_STATE
     with mirror.lock():  # the version is claimed under the lock: no two sets share one
         ver = _next_version(mirror, name, version)
+        atomic_write_json(state, {"version": ver, "index_sha256": None, "to": str(out_dir)})
+        _faults.point("export.version-claimed")
+        # The export event comes first so that the index can carry the log head *including*
+        # it: the set takes this log's floor out of reach of whoever truncates the log later.
+        mirror.append_event("export", name, {"version": ver, "parts": len(parts),
+                                             "chunks": len(chunks)})
         index = TransferIndex(name, ver, utc_now(), tuple(parts), chunk_size, tuple(chunks),
-                              revocations=_revocations(mirror))
+                              revocations=_revocations(mirror), log_head=_log_head(mirror))
         env = sign_statement(index.statement(subjects), keys)
         data = json.dumps(env.to_json(), indent=2, sort_keys=True).encode() + b"\n"
-        atomic_write_json(mirror.bundle_dir(name) / EXPORT_STATE,
-                          {"version": ver, "index_sha256": sha256_bytes(data),
-                           "exported_at": index.created, "to": str(out_dir)})
-        _faults.point("export.version-claimed")
+        atomic_write_bytes(mirror.bundle_dir(name) / "export" / "index.json", data)
+        atomic_write_json(state, {"version": ver, "index_sha256": sha256_bytes(data),
+                                  "exported_at": index.created, "to": str(out_dir)})
         atomic_write_bytes(out_dir / INDEX_FILE, data)
         _faults.point("export.index-written")
-        mirror.append_event("export", name, {"version": ver, "index_sha256": sha256_bytes(data),
-                                             "parts": len(parts), "chunks": len(chunks)})
     return ExportResult(out_dir, name, ver, len(parts), sum(p.size for p in parts), len(chunks),
                         sha256_bytes(data))
 

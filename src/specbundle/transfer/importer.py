@@ -285,15 +285,38 @@ def _commit(staging: Mirror, mirror: Mirror, idx: TransferIndex, index_bytes: by
     versions.flip_current(mirror, idx.bundle, verified.version)
     mirror.save_bundle(rec)
     mirror.write_bundle_file(idx.bundle, "import/index.json", index_bytes)
-    mirror.write_bundle_file(idx.bundle, IMPORT_STATE, json.dumps(
-        {"version": idx.version, "index_sha256": sha256_bytes(index_bytes),
-         "manifest_sha256": verified.manifest_digest}).encode())
-    _faults.point("import.state-written")
     mirror.append_event("import", idx.bundle, {
         "version": idx.version, "index_sha256": sha256_bytes(index_bytes),
         "bundle_version": verified.version, "manifest_sha256": verified.manifest_digest,
         "target": rec.target.commit, "draft": rec.draft.commit if rec.draft else None,
         "attestations_added": len(add)})
+    mirror.write_bundle_file(idx.bundle, IMPORT_STATE, json.dumps(
+        {"version": idx.version, "index_sha256": sha256_bytes(index_bytes),
+         "manifest_sha256": verified.manifest_digest, "log_seq": _log_seq(mirror)}).encode())
+    _faults.point("import.state-written")
+
+
+def _log_seq(mirror: Mirror) -> int:
+    """seq of the newest event-log entry, -1 for an empty log."""
+    events = read_events_lenient(mirror.events_path)
+    seqs = [e["seq"] for e in events if isinstance(e.get("seq"), int)]
+    return max(seqs, default=-1)
+
+
+def _check_floor(mirror: Mirror) -> None:
+    """Refuse a log shorter than one an earlier import saw (its tail was cut)."""
+    seen = -1
+    for p in mirror.root.glob("bundles/*/import/state.json"):
+        try:
+            st = loads_json(p.read_bytes(), what=IMPORT_STATE)
+            seen = max(seen, int(st.get("log_seq", -1)))
+        except (ValueError, TypeError, AttributeError, OSError):
+            raise VerificationError(f"{p} is corrupt", hint="restore it") from None
+    head = _log_seq(mirror)
+    if head < seen:
+        raise VerificationError(f"the event log of {mirror.root} ends at seq {head}, but an "
+                                f"earlier import saw seq {seen}: the log was truncated",
+                                hint="restore events.jsonl; run `specbundle audit log --verify`")
 
 
 def _log_revocations(mirror: Mirror) -> list[dict[str, Any]]:
@@ -360,6 +383,7 @@ def _import_locked(src: Path, mirror: Mirror, policy: TrustPolicy, idx: Transfer
                                 "than the transfer index")
     with mirror.lock():
         _check_rollback(mirror, idx, digest)  # another import may have won meanwhile
+        _check_floor(mirror)
         cur = versions.current_version(mirror, idx.bundle)
         if cur is not None and cur > verified.version:
             raise VerificationError(f"rollback refused: {idx.bundle!r} is at bundle version "

@@ -77,13 +77,15 @@ class TransferIndex:
     chunks: tuple[Chunk, ...] = ()
     #: Signed revocation envelopes of the exporting mirror's log (each verified on import).
     revocations: tuple[dict[str, Any], ...] = ()
+    #: The exporting mirror's event-log head (``seq``, ``digest``): a floor for its log.
+    log_head: dict[str, Any] | None = None
 
     def statement(self, subjects: Sequence[Subject]) -> Statement:
         """The statement to sign."""
         predicate: dict[str, Any] = {
             "bundle": self.bundle, "version": self.version, "timeCreated": self.created,
             "toolVersion": __version__, "parts": [p.to_json() for p in self.parts],
-            "revocations": list(self.revocations),
+            "revocations": list(self.revocations), "logHead": self.log_head,
         }
         if self.chunk_size is not None:
             predicate["chunking"] = {
@@ -111,7 +113,8 @@ class TransferIndex:
                 raise TypeError("revocations is not a list of envelopes")
             idx = cls(ids.check_bundle_name(p["bundle"]), int(p["version"]),
                       str(p["timeCreated"]), parts, int(ch["chunkSize"]) if ch else None,
-                      chunks, tuple(revs))
+                      chunks, tuple(revs),
+                      dict(p["logHead"]) if isinstance(p.get("logHead"), dict) else None)
         except (KeyError, TypeError, ValueError) as err:
             raise VerificationError(f"transfer index predicate is malformed: {err}") from err
         bad = [x.path for x in idx.parts if not is_sha256(x.sha256) or x.size < 0]
