@@ -10,6 +10,7 @@ checkpoint signed by a key that a trusted ``revocation`` event of the log revoke
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -139,7 +140,7 @@ def read_checkpoints(mirror: Mirror, trusted: Iterable[PublicKey]) -> tuple[Chec
 def _chain_problems(cps: Sequence[Checkpoint]) -> list[str]:
     """Each checkpoint names its predecessor: a deleted or reordered one is seen."""
     out: list[str] = []
-    for before, c in zip(cps, cps[1:], strict=False):
+    for before, c in itertools.pairwise(cps):
         if c.trusted and c.previous is not None and c.previous != before.line_sha256:
             out.append(f"checkpoint line {c.line} (seq {c.seq}) does not chain to line "
                        f"{before.line}: a checkpoint was deleted, reordered or replaced")
