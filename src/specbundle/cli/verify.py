@@ -10,7 +10,7 @@ import click
 from specbundle.cli._keyopts import hash_progress
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, err_console, print_json, print_table
-from specbundle.errors import MirrorError
+from specbundle.errors import BundleNotFound, MirrorError, SpecbundleError
 from specbundle.mirror import Mirror
 from specbundle.record import BundleRecord
 from specbundle.verify import (
@@ -61,7 +61,12 @@ def command(bundle: str, trust: Path, mirror_dir: Path | None, as_json: bool) ->
     """Verify BUNDLE against a trust policy; exit 3 on any failure. Logs a verify event."""
     policy = load_policy(trust)
     mirror = open_mirror(mirror_dir)
-    total = sum(a.total_size for a in mirror.load_bundle(bundle).artifacts)
+    try:  # the unsigned record only sizes the progress bar; verification never reads it
+        total: int | None = sum(a.total_size for a in mirror.load_bundle(bundle).artifacts)
+    except BundleNotFound:
+        raise
+    except SpecbundleError:
+        total = None
     try:
         with hash_progress(not as_json, total, "re-hashing") as progress:
             res = verify_bundle(mirror, bundle, policy, progress=progress)

@@ -1,18 +1,25 @@
 """Bring a transfer set into a mirror on the isolated side: verify all, then commit. No network.
 
-1. ``index.json`` must verify under a policy key scoped to the bundle (or its target repo),
-   and its version must not be older than the last import of that bundle (rollback refused;
-   the same version with different content is refused too).
+1. ``index.json`` (parsed strictly) must verify under an unrevoked policy key scoped to the
+   bundle name and every repo it names; nothing in it is used before that, and every path it
+   names is validated (:mod:`specbundle.ids`). Its version must not be older than the last
+   import of that bundle (rollback refused; the same version with other content is refused).
 2. Every chunk (if split) and every part is hashed against the index while it is copied into a
    *staging mirror* under ``<mirror>/tmp/import-<index digest>/``; parts verified by an
    interrupted run are kept there, so a rerun resumes.
-3. The staged bundle is verified with :func:`specbundle.verify.verify_bundle` (signatures,
-   file set, thresholds) exactly as it will be used. The copy in step 2 goes through
+3. The staged manifest is verified first; snapshots are then built from *its* record (never
+   from the carried, unsigned ``bundle.json``), and the whole staged bundle is verified with
+   :func:`specbundle.verify.verify_bundle` exactly as it will be used, with the revocations
+   the index carries. The copy in step 2 goes through
    :func:`~specbundle.verify.write_hashed`, whose records let verify use the digest of the
    very bytes written instead of reading them a second time (one pass over the data); objects
    staged by an earlier run or linked from the mirror are re-hashed by verify.
 4. Only then, under the mirror lock: objects are renamed into the store, snapshots linked,
-   stage files written, new attestation lines appended, and the bundle record written last.
+   the version's files written, attestation lines and revocations appended, and ``current``
+   flipped by one rename as the commit point; the record copy, the import event and the
+   import state follow. A crash anywhere leaves the old or the new version visible; the state
+   ("already imported") is written last, so a broken import is never "unchanged".
+   One importer stages at a time (``.import.lock``); a refused log floor stops the commit.
 """
 
 from __future__ import annotations

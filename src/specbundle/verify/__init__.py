@@ -1,10 +1,14 @@
 """Stage 5 (isolated side): verify a bundle against an offline trust policy. No network.
 
-:func:`verify_bundle` is the only constructor of :class:`VerifiedBundle`, so code that takes
-one (bench, admit) cannot be handed an unchecked bundle. Order of checks: each artifact's
-``model.sig`` under a key the policy scopes to that repo or bundle (roots come only from
-there), the snapshot re-hashed file by file against the signed manifest, then the attestation
-log against the policy's k-of-n, scope and max-age rules. Every failure is collected and
+:func:`verify_bundle` is the one verifier (import, verify, render/bench ``--trust``, admit and
+audit use it) and the only constructor of :class:`VerifiedBundle`, built from the signed
+manifest alone, so code that takes one cannot be handed an unchecked or edited bundle. Order:
+the current version's manifest under enough unrevoked keys scoped to the bundle name *and*
+every repo (:mod:`.manifest_check`); each artifact's ``model.sig`` (its root must be the
+manifest's); the snapshot re-hashed file by file; the scan report and image records against
+their signed digests; then the attestation log against the policy's k-of-n, scope and
+max-age rules, counting only this bundle's statements. Revocations come from the policy, the
+mirror's log and the caller (a signed transfer index). Every failure is collected and
 reported together; any failure raises :class:`BundleVerificationFailed` (exit 3).
 
 Import stages objects through :func:`~specbundle.verify.hashed.write_hashed` and hands the
