@@ -142,3 +142,15 @@ def test_import_refuses_an_isolated_log_shorter_than_it_has_seen(signed: Signed,
     dest.events_path.write_bytes(b"")  # the isolated log's tail (everything) is cut
     with pytest.raises(VerificationError, match="the log was truncated"):
         import_bundle(later, dest, signed.policy)
+
+
+def test_never_already_imported_on_a_broken_bundle(signed: Signed, tmp_path: Path) -> None:
+    """Item 8: a rerun of the same set repairs a bundle whose current version went missing."""
+    src = _set(signed, tmp_path)
+    dest = Mirror.open(tmp_path / "iso", create=True)
+    import_bundle(src, dest, signed.policy)
+    (dest.bundle_dir("pair") / "current").unlink()
+    with pytest.raises(BundleVerificationFailed):
+        verify_bundle(dest, "pair", signed.policy)
+    assert import_bundle(src, dest, signed.policy).status == "imported"
+    assert verify_bundle(dest, "pair", signed.policy).version == 1

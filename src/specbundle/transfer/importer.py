@@ -166,8 +166,19 @@ def _check_rollback(mirror: Mirror, idx: TransferIndex, digest: str) -> bool:
     if idx.version == have and state["index_sha256"] != digest:
         raise VerificationError(f"index version {have} of {idx.bundle!r} was already imported "
                                 "with different content; refusing the conflicting set")
-    # The state is written after the ref flip: present and equal means fully committed.
-    return idx.version == have and versions.current_version(mirror, idx.bundle) is not None
+    # The state is written after the ref flip: present, equal and naming the manifest that
+    # is current means fully committed; anything else imports again (never "unchanged" on
+    # a bundle whose current version is not the one this set brought).
+    if idx.version != have:
+        return False
+    cur = versions.read_current_manifest(mirror, idx.bundle)
+    if cur is None:
+        return False
+    try:
+        current = sha256_bytes(Envelope.from_json(loads_json(cur[1])).payload)
+    except (MalformedDocument, VerificationError):
+        return False
+    return state.get("manifest_sha256") == current
 
 
 def _check_chunks(src: Path, idx: TransferIndex, *, content: bool = False) -> None:
