@@ -77,7 +77,9 @@ def license_of(mirror: Mirror, art: ArtifactRecord) -> tuple[str | None, str | N
     return None, None
 
 
-def _files(mirror: Mirror, art: ArtifactRecord, rehash: bool) -> tuple[FileAudit, ...]:
+def _files(mirror: Mirror, art: ArtifactRecord, rehash: bool,
+           proven: bool = False) -> tuple[FileAudit, ...]:
+    """Each file's status; ``proven``: the verifier just re-hashed these very bytes."""
     present = {f.sha256: mirror.object_path(f.sha256) for f in art.files
                if mirror.has_object(f.sha256)}
     actual: dict[str, str] = {}
@@ -87,7 +89,7 @@ def _files(mirror: Mirror, art: ArtifactRecord, rehash: bool) -> tuple[FileAudit
     out: list[FileAudit] = []
     for f in art.files:
         status: LinkStatus
-        got = actual.get(f.sha256)
+        got = f.sha256 if proven and f.sha256 in present else actual.get(f.sha256)
         if f.sha256 not in present:
             status = "missing"
         elif not mirror.has_object(f.sha256, f.size) or (rehash and got != f.sha256):
@@ -151,10 +153,10 @@ def _model_sig(
 
 def artifact_audit(
     mirror: Mirror, rec: BundleRecord, art: ArtifactRecord, policy: TrustPolicy | None,
-    *, rehash: bool,
+    *, rehash: bool, proven: bool = False,
 ) -> ArtifactAudit:
     """Origin, files (re-hashed), license and OMS signature of one artifact."""
-    files = _files(mirror, art, rehash)
+    files = _files(mirror, art, rehash, proven)
     try:
         root = bundle_manifest(mirror, art).root_digest
     except SpecbundleError:

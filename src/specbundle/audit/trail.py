@@ -142,11 +142,15 @@ def audit_bundle(
     rec = mirror.load_bundle(name)
     if revoked is None:
         revoked = revoked_keys(mirror, policy.public_keys if policy else ())
-    arts = tuple(artifact_audit(mirror, rec, a, policy, rehash=rehash) for a in rec.artifacts)
+    # The verifier re-hashes every byte; only when it fails does the audit hash again, to
+    # name each damaged file (one read of the data for an intact bundle).
+    verifier, vb = _verifier_link(mirror, name, policy, revoked)
+    rec = vb.record if vb is not None else rec  # the signed record, once it verified
+    arts = tuple(artifact_audit(mirror, rec, a, policy, rehash=rehash and vb is None,
+                                proven=vb is not None) for a in rec.artifacts)
     roots = {a.role: a.oms_root for a in arts if a.oms_root}
     atts, preds, log_problems = attestation_audits(mirror, rec, roots, policy)
     arts, atts = apply_revocations(arts, atts, revoked, policy)
-    verifier, vb = _verifier_link(mirror, name, policy, revoked)
     atts = bind_admissions(atts, vb, own_manifests(mirror, name))
     scan = scan_audit(mirror, rec, atts)
     bench = bench_audits(mirror, rec, atts, preds)
