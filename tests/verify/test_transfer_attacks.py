@@ -154,3 +154,22 @@ def test_never_already_imported_on_a_broken_bundle(signed: Signed, tmp_path: Pat
         verify_bundle(dest, "pair", signed.policy)
     assert import_bundle(src, dest, signed.policy).status == "imported"
     assert verify_bundle(dest, "pair", signed.policy).version == 1
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("commit", "../../../../victim"), ("repo", "../evil"), ("path", "../../x"),
+    ("path", "/etc/passwd"), ("path", "a\x00b"),
+])
+def test_a_record_naming_unsafe_identifiers_is_malformed(signed: Signed, field: str,
+                                                         value: str) -> None:
+    from specbundle.errors import MirrorError
+
+    path = signed.mirror.bundle_dir("pair") / "bundle.json"
+    rec = json.loads(path.read_text())
+    if field == "path":
+        rec["artifacts"]["target"]["files"][0]["path"] = value
+    else:
+        rec["artifacts"]["target"][field] = value
+    path.write_text(json.dumps(rec))
+    with pytest.raises(MirrorError, match="malformed"):
+        signed.mirror.load_bundle("pair")
