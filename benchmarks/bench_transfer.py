@@ -74,7 +74,7 @@ deployment: {{p95_concurrency: 8}}
     policy = json.dumps({
         "apiVersion": "specbundle/v1", "kind": "TrustPolicy",
         "keys": [{"name": "release", "fingerprint": key.fingerprint,
-                  "public_key": key.public.pem.decode(), "repos": ["org/*"]}],
+                  "public_key": key.public.pem.decode(), "repos": ["org/*"], "bundles": ["*"]}],
         "require": {"fetch-provenance": {"threshold": 1}, "pair-binding": {"threshold": 1}},
     }).encode()
     export_bundle(mirror, "bench", work / "set", [key])

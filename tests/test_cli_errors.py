@@ -151,7 +151,7 @@ def test_keys_public_key_and_passphrase(
     trust.write_text(yaml.safe_dump({"apiVersion": "specbundle/v1", "kind": "TrustPolicy",
                                      "keys": [{"name": "k", "public_key": pub.read_text(),
                                                "fingerprint": generated["fingerprint"],
-                                               "bundles": ["*"]}]}))
+                                               "repos": ["*"], "bundles": ["*"]}]}))
     # admit reads encrypted keys like sign does; a missing bundle stops it before any stage
     code, _, err = run_cli(capsys, "admit", "nope", "--mirror", str(mirror.root), "--trust",
                            str(trust), "--key", str(key), "--passphrase-file", str(pw))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from specbundle import ids
 from specbundle.errors import MirrorError
 
 __all__ = ["RECORD_SCHEMA", "ArtifactRecord", "BundleRecord", "FileEntry", "Role", "SkippedFile"]
@@ -41,9 +42,10 @@ class FileEntry:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> FileEntry:
-        """Inverse of :meth:`to_json`."""
+        """Inverse of :meth:`to_json`; a path or digest that could escape a tree is refused."""
         return cls(
-            path=str(d["path"]), size=int(d["size"]), sha256=str(d["sha256"]),
+            path=ids.check_rel_path(d["path"]), size=int(d["size"]),
+            sha256=ids.check_digest(d["sha256"]),
             lfs_sha256=d.get("lfs_sha256"), git_blob_id=d.get("git_blob_id"),
         )
 
@@ -101,10 +103,13 @@ class ArtifactRecord:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ArtifactRecord:
-        """Inverse of :meth:`to_json`."""
+        """Inverse of :meth:`to_json`; identifiers that could become paths are validated."""
+        if d["role"] not in ("target", "draft"):
+            raise ValueError(f"unknown artifact role {d['role']!r}")
         return cls(
-            role=d["role"], repo=d["repo"], source=d["source"], endpoint=d.get("endpoint"),
-            requested_revision=d["requested_revision"], commit=d["commit"],
+            role=d["role"], repo=ids.check_repo(d["repo"]), source=d["source"],
+            endpoint=d.get("endpoint"), requested_revision=d["requested_revision"],
+            commit=ids.check_commit(d["commit"]),
             commit_kind=d["commit_kind"],
             files=tuple(FileEntry.from_json(f) for f in d["files"]),
             skipped=tuple(
@@ -161,7 +166,7 @@ class BundleRecord:
             raise MirrorError(f"unknown bundle record schema {d.get('schema')!r}")
         arts = d["artifacts"]
         return cls(
-            name=d["name"], spec=d["spec"], created=d["created"],
+            name=ids.check_bundle_name(d["name"]), spec=d["spec"], created=d["created"],
             tool_version=d["tool_version"],
             target=ArtifactRecord.from_json(arts["target"]),
             draft=ArtifactRecord.from_json(arts["draft"]) if "draft" in arts else None,

@@ -8,7 +8,7 @@ from pathlib import Path
 from specbundle.attest import read_attestations
 from specbundle.audit import audit, resolve_subject
 from specbundle.audit.model import BundleAudit
-from specbundle.mirror import Mirror
+from specbundle.mirror import Mirror, versions
 from specbundle.scan.findings import ScanReport
 from specbundle.transfer import export_bundle, import_bundle
 from tests.audit.conftest import Chain, build_chain, policy_for
@@ -103,12 +103,13 @@ def test_changed_object_is_named_with_both_digests(chain: Chain) -> None:
 
 
 def test_edited_scan_report_is_not_the_signed_one(chain: Chain) -> None:
-    raw = chain.mirror.read_bundle_file("pair", "scan/report.json")
+    rel = versions.version_rel(1, "scan/report.json")  # the copy the signed version keeps
+    raw = chain.mirror.read_bundle_file("pair", rel)
     assert raw is not None
     report = ScanReport.from_bytes(raw)
     edited = report.to_json()
     edited["tool_version"] = "9.9.9"
-    chain.mirror.write_bundle_file("pair", "scan/report.json", json.dumps(edited).encode())
+    chain.mirror.write_bundle_file("pair", rel, json.dumps(edited).encode())
     (b,) = audit(chain.mirror, "pair", policy=chain.policy).bundles
     assert b.scan.link.status == "failed"
     assert "no scan attestation names this report's digest" in b.scan.link.detail

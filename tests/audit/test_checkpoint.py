@@ -77,3 +77,40 @@ def test_garbage_in_checkpoint_file_is_a_problem(mirror: Mirror) -> None:
     res = verify_events(mirror, [key.public])
     assert res.chain.ok
     assert any("line 2 is not a checkpoint" in p for p in res.problems)
+
+
+def test_deleting_the_newest_checkpoint_and_the_tail_fails_after_an_export(
+        tmp_path: Path) -> None:
+    """Item 6: an exported index carried the log head away; a truncated log falls below it."""
+    from specbundle.audit.checkpoint import verify_events, write_checkpoint
+    from specbundle.transfer import export_bundle
+    from tests.verify.conftest import make_signed
+
+    s = make_signed(tmp_path)
+    keys = [s.key.public]
+    write_checkpoint(s.mirror, [s.key])
+    cut = len(s.mirror.events_path.read_bytes().splitlines())
+    export_bundle(s.mirror, "pair", tmp_path / "set", [s.key])
+    write_checkpoint(s.mirror, [s.key])
+    assert verify_events(s.mirror, keys).ok
+    cps = (s.mirror.root / "audit" / "checkpoints.jsonl")
+    cps.write_bytes(b"\n".join(cps.read_bytes().splitlines()[:1]) + b"\n")
+    lines = s.mirror.events_path.read_bytes().splitlines()
+    s.mirror.events_path.write_bytes(b"\n".join(lines[:cut]) + b"\n")
+    check = verify_events(s.mirror, keys)
+    assert not check.ok
+    assert any("truncated" in i.message for i in check.chain.issues)
+
+
+def test_checkpoints_chain_to_their_predecessor(tmp_path: Path) -> None:
+    from specbundle.audit.checkpoint import verify_events, write_checkpoint
+    from tests.verify.conftest import make_signed
+
+    s = make_signed(tmp_path)
+    for _ in range(3):
+        write_checkpoint(s.mirror, [s.key])
+    cps = s.mirror.root / "audit" / "checkpoints.jsonl"
+    lines = cps.read_bytes().splitlines()
+    cps.write_bytes(b"\n".join([lines[0], lines[2]]) + b"\n")  # the middle one deleted
+    check = verify_events(s.mirror, [s.key.public])
+    assert any("does not chain to line" in p for p in check.problems)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from specbundle.attest import (
     SLSA_VSA_V1,
+    Envelope,
     SigningKey,
     Statement,
     append_attestation,
@@ -22,7 +24,9 @@ from specbundle.audit.queries import (
     bundles_using_digest,
     no_longer_verifying,
 )
+from specbundle.digest import sha256_bytes
 from specbundle.errors import UsageError
+from specbundle.mirror import versions
 from specbundle.pull import pull_bundle
 from specbundle.sign import bundle_manifest
 from tests.audit.builders import bundle_spec, small_pair
@@ -31,8 +35,16 @@ from tests.audit.conftest import Chain, policy_for
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
+def _current_manifest(chain: Chain, name: str) -> str:
+    v = versions.current_version(chain.mirror, name)
+    assert v is not None
+    data = versions.read_manifest(chain.mirror, name, v)
+    assert data is not None
+    return sha256_bytes(Envelope.from_json(json.loads(data)).payload)
+
+
 def admit(chain: Chain, key: SigningKey, *, when: datetime, result: str = "PASSED",
-          name: str = "pair") -> None:
+          name: str = "pair", manifest: str | None = None) -> None:
     """Append an admission VSA the way the admit stage does (attest API)."""
     rec = chain.mirror.load_bundle(name)
     subjects = [s for a in rec.artifacts
@@ -44,7 +56,8 @@ def admit(chain: Chain, key: SigningKey, *, when: datetime, result: str = "PASSE
         "resourceUri": f"specbundle:bundle/{name}",
         "policy": {"uri": "trust.yaml", "digest": {"sha256": chain.policy.digest}},
         "inputAttestations": [], "verificationResult": result,
-        "verifiedLevels": ["SLSA_BUILD_LEVEL_UNEVALUATED"]})
+        "verifiedLevels": ["SLSA_BUILD_LEVEL_UNEVALUATED"],
+        "specbundle": {"manifestSha256": manifest or _current_manifest(chain, name)}})
     with chain.mirror.lock():
         append_attestation(chain.mirror, name, sign_statement(st, [key]))
 
@@ -105,3 +118,13 @@ def test_bundles_that_no_longer_verify_after_revocation(chain: Chain) -> None:
     names = {x.name for x in hit.failing}
     assert {"target model.sig", "draft model.sig", "fetch-provenance #1",
             "fetch-provenance #2", "scan-result #3", "pair-binding #4"} == names
+
+
+def test_a_replayed_admission_for_another_manifest_does_not_count(chain: Chain) -> None:
+    """Item 5: a PASSED decision names a manifest digest and counts only for it."""
+    gate = generate_key("ed25519")
+    policy = policy_for({"release": chain.release, "gate": gate})
+    admit(chain, gate, when=NOW, manifest="ab" * 32)  # e.g. copied from another pairing
+    assert admitted_by(chain.mirror, policy, "gate") == ()
+    (decision,) = audit(chain.mirror, "pair", policy=policy).bundles[0].admissions
+    assert decision["status"] == "failed" and "does not count" in decision["detail"]

@@ -83,7 +83,7 @@ def policy_doc(keys: dict[str, SigningKey], *, require: dict[str, object] | None
     doc: dict[str, object] = {
         "apiVersion": "specbundle/v1", "kind": "TrustPolicy",
         "keys": [{"name": n, "fingerprint": k.fingerprint, "public_key": k.public.pem.decode(),
-                  "repos": list(repos)} for n, k in keys.items()],
+                  "repos": list(repos), "bundles": ["*"]} for n, k in keys.items()],
     }
     if require is not None:
         doc["require"] = require

@@ -39,7 +39,8 @@ def test_sign_bundle_writes_oms_signatures_the_reference_accepts(tmp_path: Path,
     for art in rec.artifacts:
         sig = res.signatures[art.role]
         snap = mirror.snapshot_dir(art.repo, art.commit)
-        assert sig == mirror.bundle_dir(rec.name) / "sign" / art.role / "model.sig"
+        assert sig == (mirror.bundle_dir(rec.name) / "versions" / "000001" / "sign" / art.role
+                       / "model.sig")
         assert not sig.is_relative_to(snap)  # never inside the signed file set
         hashing = ms.hashing.Config().set_allow_symlinks(True)
         manifest = (ms.verifying.Config().use_elliptic_key_verifier(public_key=tmp_path / "k.pub")
@@ -96,7 +97,7 @@ def test_unscanned_is_refused_unless_allowed_and_then_recorded_as_failed(
     key = attest.generate_key()
     with pytest.raises(UsageError, match="no scan report"):
         sign_bundle(mirror, rec.name, [key])
-    assert not (mirror.bundle_dir(rec.name) / "sign").exists()
+    assert not (mirror.bundle_dir(rec.name) / "versions").exists()
     res = sign_bundle(mirror, rec.name, [key], allow_unscanned=True)
     assert not res.scanned
     scan = _statements(mirror, rec.name, key)[2].predicate

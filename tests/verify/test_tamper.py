@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from specbundle import attest
+from specbundle.mirror import versions
 from specbundle.sign import sign_bundle
 from specbundle.verify import BundleVerificationFailed, Problem, verify_bundle
 from tests.sign.helpers import policy_doc, write_policy
@@ -28,6 +29,13 @@ def _fail(s: Signed, **kw: object) -> list[Problem]:
 def _snap(s: Signed, role: str = "target") -> Path:
     art = s.record.artifact(role)  # type: ignore[arg-type]
     return s.mirror.snapshot_dir(art.repo, art.commit)
+
+
+def _sig_rel(s: Signed, role: str) -> str:
+    """Where the current version keeps an artifact's model.sig."""
+    v = versions.current_version(s.mirror, s.record.name)
+    assert v is not None
+    return versions.version_rel(v, versions.model_sig_rel(role))
 
 
 def _writable_object(s: Signed, rel: str) -> Path:
@@ -100,27 +108,28 @@ def test_swap_the_draft_for_another_signed_draft(signed: Signed) -> None:
     other = make_signed(signed.tmp / "b", name="other", seed=7, mirror=signed.mirror,
                         key=signed.key, draft_repo="org/draft2")
     assert other.record.draft is not None
+    # The unsigned record and the model.sig now name the other bundle's draft ...
     signed.mirror.save_bundle(replace(signed.record, draft=other.record.draft))
-    sig = signed.mirror.read_bundle_file("other", "sign/draft/model.sig")
+    sig = signed.mirror.read_bundle_file("other", _sig_rel(other, "draft"))
     assert sig is not None
-    signed.mirror.write_bundle_file(signed.record.name, "sign/draft/model.sig", sig)
+    signed.mirror.write_bundle_file(signed.record.name, _sig_rel(signed, "draft"), sig)
+    # ... and the other bundle's pair binding is replayed into this bundle's log.
+    log = attest.attestations_path(signed.mirror, "other").read_bytes().splitlines()
+    with attest.attestations_path(signed.mirror, signed.record.name).open("ab") as fh:
+        fh.write(b"\n".join(log) + b"\n")
     problems = _fail(signed)
-    kinds = {p.kind for p in problems}
-    assert "binding-mismatch" in kinds
-    unmet = {p.subject for p in problems if p.kind == "unmet-threshold"}
-    assert unmet == {"fetch-provenance for draft (org/draft2)",
-                     "scan-result for draft (org/draft2)", "pair-binding for draft (org/draft2)"}
+    # The signed manifest still names the original draft: the swapped model.sig is refused,
+    # and the bundle keeps its own draft (render/bench only ever see the manifest's).
+    assert ("record-mismatch", "draft model.sig") in {(p.kind, p.subject) for p in problems}
+    assert {p.kind for p in problems} <= {"record-mismatch", "binding-mismatch"}
 
 
 def test_sign_with_a_key_not_in_the_policy(tmp_path: Path) -> None:
     s = make_signed(tmp_path)
     stranger = attest.generate_key("ecdsa-p256")
     sign_bundle(s.mirror, s.record.name, [stranger])  # replaces model.sig, appends statements
-    problems = _fail(s)
-    assert {(p.kind, p.subject) for p in problems if p.kind == "unknown-signature"} >= {
-        ("unknown-signature", "target model.sig"), ("unknown-signature", "draft model.sig")}
-    assert any(p.kind == "unknown-signature" and p.subject.startswith("attestation #5")
-               for p in problems)
+    (p,) = _fail(s)  # the new version's manifest is signed by nobody the policy knows
+    assert (p.kind, p.subject) == ("unknown-signature", "manifest")
 
 
 def test_k_minus_one_of_k_approvals(tmp_path: Path) -> None:
@@ -130,10 +139,9 @@ def test_k_minus_one_of_k_approvals(tmp_path: Path) -> None:
         {"release": s.key, "ml-lead": ml},
         require={"pair-binding": {"threshold": 2, "signers": ["release", "ml-lead"]},
                  "scan-result": {"threshold": 1}}))
-    problems = _fail(s)
-    assert {(p.kind, p.subject, p.actual) for p in problems} == {
-        ("unmet-threshold", "pair-binding for target (org/target)", "1 of 2"),
-        ("unmet-threshold", "pair-binding for draft (org/draft)", "1 of 2")}
+    (p,) = _fail(s)  # the manifest binds every requirement: it needs the highest k
+    assert (p.kind, p.subject, p.expected, p.actual) == (
+        "unmet-threshold", "manifest", "2 eligible signer(s)", "1")
     sign_bundle(s.mirror, s.record.name, [s.key, ml])  # the second approver signs too
     assert verify_bundle(s.mirror, s.record.name, s.policy).report.ok
 
@@ -150,9 +158,9 @@ def test_expired_statement(signed: Signed) -> None:
 
 def test_corrupted_signature_base64(signed: Signed) -> None:
     raw = json.loads(signed.mirror.read_bundle_file(signed.record.name,
-                                                    "sign/target/model.sig") or b"")
+                                                    _sig_rel(signed, "target")) or b"")
     raw["dsseEnvelope"]["signatures"][0]["sig"] = "@@not-base64@@"
-    signed.mirror.write_bundle_file(signed.record.name, "sign/target/model.sig",
+    signed.mirror.write_bundle_file(signed.record.name, _sig_rel(signed, "target"),
                                     json.dumps(raw).encode())
     log = attest.attestations_path(signed.mirror, signed.record.name)
     lines = log.read_bytes().splitlines()
@@ -167,7 +175,7 @@ def test_corrupted_signature_base64(signed: Signed) -> None:
 
 def test_wrong_predicate_type(signed: Signed) -> None:
     art = signed.record.target
-    sig = signed.mirror.read_bundle_file(signed.record.name, "sign/target/model.sig") or b""
+    sig = signed.mirror.read_bundle_file(signed.record.name, _sig_rel(signed, "target")) or b""
     manifest = attest.open_model_sig(sig, signed.key.public)
     st = manifest.to_statement()
     wrong = attest.Statement(st.subjects, "https://model_signing/signature/v0.9", st.predicate)
@@ -175,7 +183,7 @@ def test_wrong_predicate_type(signed: Signed) -> None:
                                keyid=False)
     bundle = json.loads(sig)
     bundle["dsseEnvelope"] = env.to_json()
-    signed.mirror.write_bundle_file(signed.record.name, "sign/target/model.sig",
+    signed.mirror.write_bundle_file(signed.record.name, _sig_rel(signed, "target"),
                                     json.dumps(bundle).encode())
     problems = _fail(signed)
     assert ("wrong-predicate-type", "target model.sig") in {(p.kind, p.subject)
@@ -195,11 +203,13 @@ def test_an_attestation_of_unknown_predicate_type_fails_closed(signed: Signed) -
 
 
 def test_missing_signature_and_unscoped_key(signed: Signed) -> None:
-    (signed.mirror.bundle_dir(signed.record.name) / "sign" / "draft" / "model.sig").unlink()
-    write_policy(signed.policy_path, policy_doc({"release": signed.key},
-                                                repos=("org/target",)))
+    (signed.mirror.bundle_dir(signed.record.name) / _sig_rel(signed, "draft")).unlink()
     problems = _fail(signed)
     assert ("missing-signature", "draft model.sig") in {(p.kind, p.subject) for p in problems}
+    write_policy(signed.policy_path, policy_doc({"release": signed.key},
+                                                repos=("org/target",)))
+    problems = _fail(signed)  # the key may not sign a bundle with an org/draft artifact
+    assert ("out-of-scope", "manifest") in {(p.kind, p.subject) for p in problems}
 
 
 def test_target_only_bundle_signs_and_verifies(tmp_path: Path) -> None:

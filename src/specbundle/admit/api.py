@@ -22,6 +22,7 @@ from specbundle.attest import (
     SLSA_VSA_V1,
     SigningKey,
     Statement,
+    Subject,
     append_attestation,
     artifact_subjects,
     read_attestations,
@@ -33,7 +34,6 @@ from specbundle.digest import sha256_bytes
 from specbundle.errors import AdmissionRejected, SpecbundleError, UsageError
 from specbundle.mirror import Mirror, utc_now
 from specbundle.sign import bundle_manifest
-from specbundle.spec import parse_spec
 from specbundle.verify import TrustPolicy, VerifiedBundle, verify_bundle
 
 __all__ = ["STATUS_FILE", "VERIFIER_ID", "Decision", "Rejected", "admit_bundle", "read_status"]
@@ -85,12 +85,18 @@ class Rejected(AdmissionRejected):
 
 
 def _subjects(mirror: Mirror, name: str, verified: VerifiedBundle | None) -> list[Any]:
-    rec = mirror.load_bundle(name)
+    """The verified version's subjects (manifest digest first); a bundle that failed
+    verification is named by what its record claims, for the FAILED decision only."""
+    if verified is not None:
+        out: list[Any] = [Subject(f"specbundle:bundle/{name}/manifest",
+                                  {"sha256": verified.manifest_digest})]
+        for art in verified.record.artifacts:
+            out += list(artifact_subjects(art.repo, verified.roots[art.role], art.commit,
+                                          art.commit_kind))
+        return out
     out = []
-    for art in rec.artifacts:
-        root = verified.roots.get(art.role) if verified else None
-        if root is None:
-            root = bundle_manifest(mirror, art).root_digest
+    for art in mirror.load_bundle(name).artifacts:
+        root = bundle_manifest(mirror, art).root_digest
         out += list(artifact_subjects(art.repo, root, art.commit, art.commit_kind))
     return out
 
@@ -145,18 +151,22 @@ def _sign(mirror: Mirror, name: str, keys: Sequence[SigningKey], policy: TrustPo
             "inputAttestations": inputs, "verificationResult": result,
             "verifiedLevels": ["SLSA_BUILD_LEVEL_UNEVALUATED"],
             "specbundle": {"reasons": list(reasons),
+                           "manifestSha256": verified.manifest_digest if verified else None,
+                           "version": verified.version if verified else None,
                            "criteria": [{"name": c.name, "passed": c.passed,
                                          "measured": c.measured, "threshold": c.threshold}
                                         for c in gate.criteria]},
         })
         vsa_line = append_attestation(mirror, name, sign_statement(vsa, keys))
         status = {"bundle": name, "admitted": result == "PASSED", "result": result,
+                  "manifest_sha256": verified.manifest_digest if verified else None,
                   "time": now, "vsa_line": vsa_line, "policy_sha256": policy.digest,
                   "bench_run_id": report.run_id if report else None,
                   "bench_report_sha256": digest}
         mirror.write_bundle_file(name, STATUS_FILE, canonical_json(status) + b"\n")
         mirror.append_event("admission", name, {
             "result": result, "reasons": list(reasons), "vsa_line": vsa_line,
+            "manifest_sha256": verified.manifest_digest if verified else None,
             "bench_run_id": status["bench_run_id"], "bench_report_sha256": digest})
     return Decision(name, result, reasons, gate.criteria, now, policy.digest,
                     report.run_id if report else None, digest, vsa_line,
@@ -191,14 +201,21 @@ def admit_bundle(mirror: Mirror, name: str, *, policy: TrustPolicy, keys: Sequen
         stage("bench")
         try:
             report = run_bench(mirror, name, engine=engine, options=bench_options,
-                               progress=progress)
+                               progress=progress, record=verified.record)
         except SpecbundleError as err:
             reasons.append(f"bench: could not measure: {err.message}")
-    if report is not None:
+    if report is not None and verified is not None:
         stage("gate")
-        spec = parse_spec(mirror.load_bundle(name).spec)
-        gate = evaluate(report, spec.admission)
+        gate = evaluate(report, verified.spec.admission)  # thresholds from the signed manifest
         reasons += gate.reasons
+        # The bundle must still be the very version benchmarked (nothing swapped meanwhile).
+        try:
+            again = verify_bundle(mirror, name, policy)
+            if again.manifest_digest != verified.manifest_digest:
+                reasons.append("verification: the bundle changed to another version during "
+                               "the benchmark")
+        except SpecbundleError as err:
+            reasons.append(f"verification after the benchmark: {err.message}")
     stage("sign")
     decision = _sign(mirror, name, keys, policy, verified, report, gate, tuple(reasons))
     if not decision.admitted:

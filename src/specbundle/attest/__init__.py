@@ -38,6 +38,11 @@ Public API (stable; other stages code against it)::
     "transfer-index") to URIs. Time field: provenance runDetails.metadata.finishedOn,
     VSA timeVerified, every other predicate ``timeCreated`` (RFC 3339, UTC).
 
+    # bundle manifest: one signed statement per bundle version (specbundle.attest.manifest)
+    build_manifest(record, roots, version=, previous=, scan_report_sha256=, images=, now=)
+    parse_manifest(statement, payload) -> BundleManifest   # call only on verified payloads
+    BUNDLE_MANIFEST_V1; layout (versions/<N>/, current) lives in specbundle.mirror.versions
+
     # attestation log  bundles/<name>/attestations.jsonl      (specbundle.attest.log)
     append_attestation(mirror, bundle, envelope) -> line_no   # hold mirror.lock()
     read_attestations(mirror, bundle, problems=None) -> tuple[Envelope, ...]

@@ -8,13 +8,13 @@ which is why verification counts *signed* statements per policy rather than trus
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from specbundle.attest.dsse import Envelope
 from specbundle.errors import BundleNotFound, VerificationError
 from specbundle.mirror import Mirror
+from specbundle.strict import loads_json
 
 __all__ = ["ATTESTATIONS_FILE", "append_attestation", "attestations_path", "read_attestations"]
 
@@ -66,7 +66,7 @@ def read_attestations(
         if not raw.strip():
             continue
         try:
-            out.append(Envelope.from_json(json.loads(raw)))
+            out.append(Envelope.from_json(loads_json(raw, what="attestation")))
         except (ValueError, VerificationError) as err:
             msg = f"{ATTESTATIONS_FILE} line {no}: {err}"
             if problems is None:

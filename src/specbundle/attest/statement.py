@@ -7,7 +7,6 @@ pydantic model (the payload is untrusted input until then).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +25,7 @@ from specbundle.attest.dsse import (
 from specbundle.attest.keys import PublicKey, SigningKey
 from specbundle.attest.predicates import statement_time
 from specbundle.errors import VerificationError
+from specbundle.strict import loads_json
 
 __all__ = [
     "STATEMENT_TYPE",
@@ -140,7 +140,7 @@ class _Statement(BaseModel):
 def parse_statement(payload: bytes) -> Statement:
     """Parse statement bytes (call only on bytes whose signature was checked)."""
     try:
-        raw = json.loads(payload)
+        raw = loads_json(payload, what="statement payload")
         model = _Statement.model_validate(raw)
     except (ValueError, ValidationError) as err:
         raise VerificationError(f"payload is not an in-toto Statement v1: {err}") from err

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from specbundle.digest import sha256_bytes
 from specbundle.mirror import GENESIS
+from specbundle.verify.revocations import read_events_lenient
 
 __all__ = ["ChainEntry", "ChainIssue", "ChainReport", "IssueKind", "read_events_lenient",
            "verify_chain", "verify_log"]
@@ -243,20 +244,3 @@ def verify_log(path: Path, checkpoints: Mapping[int, str] | None = None) -> Chai
     except FileNotFoundError:
         data = b""
     return verify_chain(data.splitlines(), checkpoints)
-
-
-def read_events_lenient(path: Path) -> list[dict[str, Any]]:
-    """The log's entries that parse, in file order (a tampered log is still shown)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    out: list[dict[str, Any]] = []
-    for raw in data.splitlines():
-        try:
-            ev = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(ev, dict):
-            out.append(ev)
-    return out

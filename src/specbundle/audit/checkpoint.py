@@ -10,7 +10,7 @@ checkpoint signed by a key that a trusted ``revocation`` event of the log revoke
 
 from __future__ import annotations
 
-import json
+import itertools
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,17 +27,20 @@ from specbundle.attest import (
     check_statement,
     sign_statement,
 )
-from specbundle.audit.chain import ChainReport, read_events_lenient, verify_log
+from specbundle.audit.chain import ChainReport, verify_log
 from specbundle.audit.revocation import RevocationCheck, check_revocations
 from specbundle.digest import is_sha256, sha256_bytes
 from specbundle.errors import UsageError, VerificationError
 from specbundle.mirror import Mirror, utc_now
+from specbundle.strict import loads_json
+from specbundle.verify.revocations import read_events_lenient
 
 __all__ = [
     "CHECKPOINTS_FILE",
     "LOG_CHECKPOINT_V1",
     "Checkpoint",
     "LogVerification",
+    "log_floor",
     "read_checkpoints",
     "verify_events",
     "write_checkpoint",
@@ -57,6 +60,9 @@ class Checkpoint:
     time: str
     signers: frozenset[str]
     problems: tuple[str, ...]
+    #: sha256 of the previous checkpoint's envelope line (None: the first, or a v1 checkpoint).
+    previous: str | None = None
+    line_sha256: str = ""
 
     @property
     def trusted(self) -> bool:
@@ -107,7 +113,8 @@ def read_checkpoints(mirror: Mirror, trusted: Iterable[PublicKey]) -> tuple[Chec
         if not raw.strip():
             continue
         try:
-            checked = check_statement(Envelope.from_json(json.loads(raw)), keys)
+            checked = check_statement(Envelope.from_json(loads_json(raw, what="checkpoint")),
+                                      keys)
             st = checked.statement
             pred = st.predicate
             if st.predicate_type != LOG_CHECKPOINT_V1:
@@ -123,9 +130,43 @@ def read_checkpoints(mirror: Mirror, trusted: Iterable[PublicKey]) -> tuple[Chec
         if not checked.signers:
             problems = (*problems, f"checkpoint line {no} (seq {seq}) is signed by no key of "
                         "the trust policy (revoked or unknown); not used")
+        prev = pred.get("previous")
         out.append(Checkpoint(no, seq, digest, str(pred.get("timeCreated", "")),
-                              checked.signers, problems))
+                              checked.signers, problems,
+                              prev if isinstance(prev, str) else None, sha256_bytes(raw)))
     return tuple(out)
+
+
+def _chain_problems(cps: Sequence[Checkpoint]) -> list[str]:
+    """Each checkpoint names its predecessor: a deleted or reordered one is seen."""
+    out: list[str] = []
+    for before, c in itertools.pairwise(cps):
+        if c.trusted and c.previous is not None and c.previous != before.line_sha256:
+            out.append(f"checkpoint line {c.line} (seq {c.seq}) does not chain to line "
+                       f"{before.line}: a checkpoint was deleted, reordered or replaced")
+        if c.trusted and before.trusted and c.seq < before.seq:
+            out.append(f"checkpoint line {c.line} covers seq {c.seq}, below line "
+                       f"{before.line}'s seq {before.seq}")
+    return out
+
+
+def log_floor(mirror: Mirror, trusted: Sequence[PublicKey]) -> dict[int, str]:
+    """seq -> entry digest that signed transfer indexes this mirror exported saw.
+
+    An exported index travels to the other side, out of reach of whoever later truncates
+    this log; its copy here (``bundles/*/export/index.json``) names the log head at export.
+    """
+    out: dict[int, str] = {}
+    for p in sorted(mirror.root.glob("bundles/*/export/index.json")):
+        try:
+            cs = check_statement(Envelope.from_json(loads_json(p.read_bytes())), trusted)
+            head = cs.statement.predicate.get("logHead")
+        except (ValueError, OSError, VerificationError):
+            continue
+        if cs.signers and isinstance(head, dict) and isinstance(head.get("seq"), int) \
+                and isinstance(head.get("digest"), str) and is_sha256(head["digest"]):
+            out[head["seq"]] = head["digest"]
+    return out
 
 
 def verify_events(mirror: Mirror, trusted: Sequence[PublicKey]) -> LogVerification:
@@ -148,6 +189,10 @@ def verify_events(mirror: Mirror, trusted: Sequence[PublicKey]) -> LogVerificati
             continue
         if usable.setdefault(c.seq, c.digest) != c.digest:
             problems.append(f"two trusted checkpoints disagree about seq {c.seq}")
+    problems += _chain_problems(cps)
+    for seq, digest in log_floor(mirror, trusted).items():
+        if usable.setdefault(seq, digest) != digest:
+            problems.append(f"a signed transfer index and a checkpoint disagree about seq {seq}")
     chain = verify_log(mirror.events_path, usable)
     return LogVerification(chain, cps, tuple(problems), revocations)
 
@@ -169,10 +214,11 @@ def write_checkpoint(mirror: Mirror, keys: Sequence[SigningKey]) -> Checkpoint:
         if check.chain.head_seq is None or check.chain.head_digest is None:
             raise UsageError("the event log is empty; nothing to checkpoint")
         seq, digest, now = check.chain.head_seq, check.chain.head_digest, utc_now()
+        previous = check.checkpoints[-1].line_sha256 if check.checkpoints else None
         st = Statement.build(
             [Subject(f"events.jsonl#{seq}", {"sha256": digest})], LOG_CHECKPOINT_V1,
             {"seq": seq, "entries": check.chain.entries, "timeCreated": now,
-             "mirror": mirror.root.name})
+             "mirror": mirror.root.name, "previous": previous})
         env = sign_statement(st, keys)
         path = _path(mirror)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -36,10 +36,12 @@ from specbundle.audit.model import (
 )
 from specbundle.digest import hash_files, sha256_bytes
 from specbundle.errors import SpecbundleError, VerificationError
-from specbundle.mirror import Mirror
+from specbundle.mirror import Mirror, versions
+from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.record import ArtifactRecord, BundleRecord
 from specbundle.scan.findings import ScanReport
-from specbundle.sign import SCAN_REPORT, bundle_manifest, model_sig_rel
+from specbundle.sign import bundle_manifest
+from specbundle.strict import loads_json
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = ["Predicates", "artifact_audit", "attestation_audits", "license_of", "purl", "scan_audit"]
@@ -75,7 +77,9 @@ def license_of(mirror: Mirror, art: ArtifactRecord) -> tuple[str | None, str | N
     return None, None
 
 
-def _files(mirror: Mirror, art: ArtifactRecord, rehash: bool) -> tuple[FileAudit, ...]:
+def _files(mirror: Mirror, art: ArtifactRecord, rehash: bool,
+           proven: bool = False) -> tuple[FileAudit, ...]:
+    """Each file's status; ``proven``: the verifier just re-hashed these very bytes."""
     present = {f.sha256: mirror.object_path(f.sha256) for f in art.files
                if mirror.has_object(f.sha256)}
     actual: dict[str, str] = {}
@@ -85,7 +89,7 @@ def _files(mirror: Mirror, art: ArtifactRecord, rehash: bool) -> tuple[FileAudit
     out: list[FileAudit] = []
     for f in art.files:
         status: LinkStatus
-        got = actual.get(f.sha256)
+        got = f.sha256 if proven and f.sha256 in present else actual.get(f.sha256)
         if f.sha256 not in present:
             status = "missing"
         elif not mirror.has_object(f.sha256, f.size) or (rehash and got != f.sha256):
@@ -96,11 +100,32 @@ def _files(mirror: Mirror, art: ArtifactRecord, rehash: bool) -> tuple[FileAudit
     return tuple(out)
 
 
+def own_manifests(mirror: Mirror, name: str) -> dict[str, int]:
+    """Digest -> version of every manifest this bundle ever had (to name superseded ones)."""
+    out: dict[str, int] = {}
+    for p in sorted((mirror.bundle_dir(name) / "versions").glob("*/manifest.json")):
+        try:
+            out[sha256_bytes(Envelope.from_json(loads_json(p.read_bytes())).payload)] = \
+                int(p.parent.name)
+        except (ValueError, OSError, VerificationError):
+            continue
+    return out
+
+
+def _version_file(mirror: Mirror, name: str, rel: str) -> bytes | None:
+    """A file of the bundle's current signed version (the layout lives with the mirror)."""
+    try:
+        v = versions.current_version(mirror, name)
+    except VerificationError:
+        return None
+    return None if v is None else versions.read_version_file(mirror, name, v, rel)
+
+
 def _model_sig(
     mirror: Mirror, rec: BundleRecord, art: ArtifactRecord, root: str, policy: TrustPolicy | None,
 ) -> tuple[Link, tuple[str, ...]]:
     name = f"{art.role} model.sig"
-    data = mirror.read_bundle_file(rec.name, model_sig_rel(art.role))
+    data = _version_file(mirror, rec.name, model_sig_rel(art.role))
     if data is None:
         return Link(name, "missing", "the artifact was never signed (specbundle sign)"), ()
     if policy is None:
@@ -128,10 +153,10 @@ def _model_sig(
 
 def artifact_audit(
     mirror: Mirror, rec: BundleRecord, art: ArtifactRecord, policy: TrustPolicy | None,
-    *, rehash: bool,
+    *, rehash: bool, proven: bool = False,
 ) -> ArtifactAudit:
     """Origin, files (re-hashed), license and OMS signature of one artifact."""
-    files = _files(mirror, art, rehash)
+    files = _files(mirror, art, rehash, proven)
     try:
         root = bundle_manifest(mirror, art).root_digest
     except SpecbundleError:
@@ -158,7 +183,8 @@ def _summary(ptype: str, pred: Mapping[str, Any]) -> dict[str, Any]:
     if ptype == SLSA_VSA_V1:
         return {"result": pred.get("verificationResult"), "time": pred.get("timeVerified"),
                 "policy": pred.get("policy"), "verifier": pred.get("verifier"),
-                "resourceUri": pred.get("resourceUri")}
+                "resourceUri": pred.get("resourceUri"),
+                "manifest_sha256": (pred.get("specbundle") or {}).get("manifestSha256")}
     if ptype == BENCH_EVIDENCE_V1:
         return {k: pred[k] for k in ("runId", "reportSha256", "report", "engine") if k in pred}
     return {}
@@ -168,8 +194,8 @@ def _scope_problem(policy: TrustPolicy, signers: frozenset[str], rec: BundleReco
     repos = [a.repo for a in rec.artifacts]
     for fp in sorted(signers):
         key = policy.key(fp)
-        if key is not None and not any(key.may_sign(r, rec.name) for r in repos):
-            return f"key {key.name} is not scoped to bundle {rec.name} or its repos"
+        if key is not None and not key.may_sign_all(repos, rec.name):
+            return f"key {key.name} is not scoped to bundle {rec.name} and all its repos"
     return None
 
 
@@ -259,7 +285,7 @@ def scan_audit(
     mirror: Mirror, rec: BundleRecord, attestations: Sequence[AttestationAudit],
 ) -> ScanAudit:
     """The scan report, and whether a verified scan attestation names its exact digest."""
-    raw = mirror.read_bundle_file(rec.name, SCAN_REPORT)
+    raw = _version_file(mirror, rec.name, SCAN_REPORT)
     if raw is None:
         return ScanAudit(False, None, None, {}, (), (), "", "",
                          Link("scan report", "missing", "the bundle was never scanned"))

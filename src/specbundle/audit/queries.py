@@ -15,12 +15,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from specbundle.attest import SLSA_VSA_V1, check_statement, read_attestations
+from specbundle.audit.collect import own_manifests
 from specbundle.audit.model import Link
 from specbundle.audit.revocation import revoked_keys
 from specbundle.audit.trail import audit_bundle
 from specbundle.errors import SpecbundleError, UsageError, VerificationError
 from specbundle.images import read_image_records
-from specbundle.mirror import Mirror
+from specbundle.mirror import Mirror, versions
 from specbundle.sign import bundle_manifest
 from specbundle.verify.policy import TrustedKey, TrustPolicy
 
@@ -122,6 +123,12 @@ def _admissions(mirror: Mirror, policy: TrustPolicy) -> list[Admission]:
     out: list[Admission] = []
     for name in mirror.bundle_names():
         rec = mirror.load_bundle(name)
+        own = own_manifests(mirror, name)
+        try:
+            cur = versions.current_version(mirror, name)
+        except VerificationError:
+            cur = None
+        current = next((d for d, v in own.items() if v == cur), None)
         for line, env in enumerate(read_attestations(mirror, name, problems=[]), start=1):
             try:
                 checked = check_statement(env, policy.public_keys)
@@ -130,6 +137,10 @@ def _admissions(mirror: Mirror, policy: TrustPolicy) -> list[Admission]:
             st = checked.statement
             if st.predicate_type != SLSA_VSA_V1 or not checked.signers:
                 continue
+            bound = st.predicate.get("specbundle")
+            if current is None or not isinstance(bound, dict) \
+                    or bound.get("manifestSha256") != current:
+                continue  # an admission counts only for the manifest it names
             time = st.time.isoformat().replace("+00:00", "Z") if st.time else None
             out.append(Admission(
                 name, line, str(st.predicate.get("verificationResult", "")), time,

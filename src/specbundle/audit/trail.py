@@ -8,16 +8,22 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from specbundle.attest import PAIR_BINDING_V1
+from specbundle.attest import PAIR_BINDING_V1, SLSA_VSA_V1
 from specbundle.audit.chain import read_events_lenient
 from specbundle.audit.checkpoint import verify_events
-from specbundle.audit.collect import artifact_audit, attestation_audits, scan_audit
+from specbundle.audit.collect import (
+    artifact_audit,
+    attestation_audits,
+    own_manifests,
+    scan_audit,
+)
 from specbundle.audit.evidence import admissions, bench_audits, image_audits, render_audits
 from specbundle.audit.model import ArtifactAudit, AttestationAudit, AuditReport, BundleAudit, Link
 from specbundle.audit.revocation import Revocation, revoked_keys
 from specbundle.errors import BundleNotFound
 from specbundle.mirror import Mirror, utc_now
 from specbundle.record import BundleRecord
+from specbundle.verify import BundleVerificationFailed, VerifiedBundle, verify_bundle
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = ["apply_revocations", "audit", "audit_bundle", "resolve_subject"]
@@ -89,6 +95,41 @@ def apply_revocations(
     return arts, atts
 
 
+def _verifier_link(mirror: Mirror, name: str, policy: TrustPolicy | None,
+                   revoked: Mapping[str, Revocation]) -> tuple[Link, VerifiedBundle | None]:
+    """The one verifier's verdict on the current version (audit keeps no rules of its own)."""
+    if policy is None:
+        return Link("signed manifest", "unverified", "no trust policy given (--trust)"), None
+    try:
+        vb = verify_bundle(mirror, name, policy, revoked={fp: r.detail
+                                                          for fp, r in revoked.items()})
+    except BundleVerificationFailed as err:
+        return Link("signed manifest", "failed", "; ".join(
+            str(p) for p in err.report.problems)), None
+    return Link("signed manifest", "ok", f"version {vb.version}, manifest "
+                f"{vb.manifest_digest[:16]}…, verified by the same verifier as import/admit"), vb
+
+
+def bind_admissions(atts: Sequence[AttestationAudit], vb: VerifiedBundle | None,
+                    own: Mapping[str, int]) -> tuple[AttestationAudit, ...]:
+    """An admission counts only for the manifest it names (item: admission replay)."""
+    out = []
+    for a in atts:
+        if a.predicate_type == SLSA_VSA_V1 and a.link.status == "ok":
+            digest = a.summary.get("manifest_sha256")
+            if vb is not None and digest == vb.manifest_digest:
+                pass
+            elif isinstance(digest, str) and digest in own:
+                a = replace(a, link=Link(a.link.name, "ok", f"for superseded version "
+                                         f"{own[digest]}; does not admit the current one"))
+            else:
+                a = replace(a, link=Link(a.link.name, "failed", "admission names another "
+                                         "manifest (another bundle, pairing or version) or "
+                                         "none; it does not count here"))
+        out.append(a)
+    return tuple(out)
+
+
 def audit_bundle(
     mirror: Mirror, name: str, policy: TrustPolicy | None, *, rehash: bool = True,
     events: Sequence[dict[str, Any]] = (), revoked: Mapping[str, Revocation] | None = None,
@@ -101,17 +142,23 @@ def audit_bundle(
     rec = mirror.load_bundle(name)
     if revoked is None:
         revoked = revoked_keys(mirror, policy.public_keys if policy else ())
-    arts = tuple(artifact_audit(mirror, rec, a, policy, rehash=rehash) for a in rec.artifacts)
+    # The verifier re-hashes every byte; only when it fails does the audit hash again, to
+    # name each damaged file (one read of the data for an intact bundle).
+    verifier, vb = _verifier_link(mirror, name, policy, revoked)
+    rec = vb.record if vb is not None else rec  # the signed record, once it verified
+    arts = tuple(artifact_audit(mirror, rec, a, policy, rehash=rehash and vb is None,
+                                proven=vb is not None) for a in rec.artifacts)
     roots = {a.role: a.oms_root for a in arts if a.oms_root}
     atts, preds, log_problems = attestation_audits(mirror, rec, roots, policy)
     arts, atts = apply_revocations(arts, atts, revoked, policy)
+    atts = bind_admissions(atts, vb, own_manifests(mirror, name))
     scan = scan_audit(mirror, rec, atts)
     bench = bench_audits(mirror, rec, atts, preds)
     images = image_audits(mirror, rec, rehash=rehash)
     renders, alias_links = render_audits(mirror, rec)
     mine = tuple({"seq": e.get("seq"), "time": e.get("time"), "type": e.get("type"),
                   "data": e.get("data")} for e in events if e.get("bundle") == name)
-    links = [Link("bundle record", "ok", f"created {rec.created}")]
+    links = [Link("bundle record", "ok", f"created {rec.created}"), verifier]
     for a in arts:
         links += _artifact_links(a)
     links += [a.link for a in atts] + list(log_problems)

@@ -88,7 +88,7 @@ class _Manifest:
         if opts.runtime not in ("shell", "docker"):
             raise BenchError(f"unknown runtime {opts.runtime!r}; allowed: shell, docker")
         self.mirror, self.opts, self.log_dir = mirror, opts, log_dir
-        result = render_bundle(mirror, rec.name, engine, "shell")
+        result = render_bundle(mirror, rec.name, engine, "shell", record=rec)
         self.spec_cmd, self.base_cmd = result.command, result.baseline
         scripts = [f for f in result.files if f.suffix == ".sh"]
         if not scripts:
@@ -223,10 +223,15 @@ def _store(mirror: Mirror, report: BenchReport, log_dir: Path) -> None:
 
 def run_bench(mirror: Mirror, name: str, *, engine: str = "llamacpp",
               options: BenchOptions | None = None,
-              progress: Progress | None = None) -> BenchReport:
-    """Benchmark bundle ``name`` on ``engine`` with and without speculation; store the report."""
+              progress: Progress | None = None,
+              record: BundleRecord | None = None) -> BenchReport:
+    """Benchmark bundle ``name`` on ``engine`` with and without speculation; store the report.
+
+    ``record``: the verified bundle's record (``VerifiedBundle.record``, from the signed
+    manifest); without it the unsigned ``bundle.json`` is read (connected-side use only).
+    """
     opts = options or BenchOptions()
-    rec = mirror.load_bundle(name)
+    rec = record if record is not None else mirror.load_bundle(name)
     spec = parse_spec(rec.spec, file=f"bundles/{name}/bundle.json")
     if not opts.base_url and engine not in {e.value for e in spec.engines.enabled()}:
         raise BenchError(f"bundle {name!r} has no {engine} settings to render and run",

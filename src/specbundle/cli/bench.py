@@ -14,6 +14,7 @@ from specbundle.bench import BenchOptions, BenchReport, report_path, run_bench
 from specbundle.bench.runner import Progress as ProgressFn
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, err_console, print_json, print_table
+from specbundle.cli.verify import trust_option, verified_record
 from specbundle.errors import UsageError
 
 __all__ = ["bench_options", "command", "show_report", "step_progress"]
@@ -150,10 +151,11 @@ def make_options(base_url: str | None, baseline_url: str | None, draft_url: str 
 
 @click.command("bench")
 @click.argument("bundle")
+@trust_option
 @mirror_option
 @bench_options
 @json_option
-def command(bundle: str, mirror_dir: Path | None, engine: str, runtime: str,
+def command(bundle: str, trust: Path | None, mirror_dir: Path | None, engine: str, runtime: str,
             base_url: str | None,
             baseline_url: str | None, draft_url: str | None, binary: Path | None,
             rounds: int | None, max_rounds: int | None, requests_per_level: int | None,
@@ -162,8 +164,10 @@ def command(bundle: str, mirror_dir: Path | None, engine: str, runtime: str,
     opts = make_options(base_url, baseline_url, draft_url, binary, rounds, requests_per_level,
                         max_tokens, levels, aa_rounds, runtime, max_rounds)
     mirror = open_mirror(mirror_dir)
+    record = verified_record(mirror, bundle, trust)
     with step_progress(not as_json) as progress:
-        report = run_bench(mirror, bundle, engine=engine, options=opts, progress=progress)
+        report = run_bench(mirror, bundle, engine=engine, options=opts, progress=progress,
+                           record=record)
     if as_json:
         print_json(report.to_json())
         return

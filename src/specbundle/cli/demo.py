@@ -205,9 +205,10 @@ def _isolated_side(transfer: Path, spec: BundleSpec, work: Path, run: _Run) -> N
     with run.stage("render") as info:
         outs = []
         for engine in (EngineName.LLAMACPP, EngineName.VLLM, EngineName.SGLANG):
-            res = render_bundle(mirror, spec.name, engine, "shell")
+            res = render_bundle(mirror, spec.name, engine, "shell", record=verified.record)
             outs.append(str(res.out_dir))
-        res = render_bundle(mirror, spec.name, EngineName.LLAMACPP, "systemd")
+        res = render_bundle(mirror, spec.name, EngineName.LLAMACPP, "systemd",
+                            record=verified.record)
         outs.append(str(res.out_dir))
         info["out"] = outs
         info["summary"] = "shell manifests for llama.cpp, vLLM, SGLang; a systemd unit for " \

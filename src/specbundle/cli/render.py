@@ -9,6 +9,7 @@ from rich.markup import escape
 
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json, print_table
+from specbundle.cli.verify import trust_option, verified_record
 from specbundle.render import TARGETS, LintReport, render_bundle
 from specbundle.spec import EngineName
 
@@ -46,15 +47,18 @@ def show_findings(report: LintReport) -> None:
               help="Use this image reference instead of the spec's (should be name@sha256:...).")
 @click.option("--allow-unpinned-image", is_flag=True,
               help="Render compose/kubernetes with an image not pinned by digest (warning).")
+@trust_option
 @mirror_option
 @json_option
 def command(bundle: str, engine: str, target: str, out_dir: Path | None,
             image_digest: str | None, image: str | None, allow_unpinned_image: bool,
-            mirror_dir: Path | None, as_json: bool) -> None:
+            trust: Path | None, mirror_dir: Path | None, as_json: bool) -> None:
     """Render BUNDLE's serve manifests for one engine and target; lint errors block (exit 2)."""
     mirror = open_mirror(mirror_dir)
+    record = verified_record(mirror, bundle, trust)
     res = render_bundle(mirror, bundle, engine, target, out_dir, image=image,
-                        image_digest=image_digest, allow_unpinned_image=allow_unpinned_image)
+                        image_digest=image_digest, allow_unpinned_image=allow_unpinned_image,
+                        record=record)
     if as_json:
         print_json(res.to_json())
         return

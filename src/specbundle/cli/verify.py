@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from specbundle.cli._keyopts import hash_progress
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, err_console, print_json, print_table
-from specbundle.errors import MirrorError
+from specbundle.errors import BundleNotFound, MirrorError, SpecbundleError
 from specbundle.mirror import Mirror
+from specbundle.record import BundleRecord
 from specbundle.verify import (
     BundleVerificationFailed,
     VerificationReport,
@@ -19,7 +21,26 @@ from specbundle.verify import (
     verify_bundle,
 )
 
-__all__ = ["command"]
+F = TypeVar("F", bound=Any)
+
+__all__ = ["command", "trust_option", "verified_record"]
+
+
+def trust_option(f: F) -> F:
+    """``--trust trust.yaml`` on stages that act on a bundle (render, bench): verify first."""
+    return click.option(
+        "--trust", "trust", type=click.Path(dir_okay=False, path_type=Path), default=None,
+        help="Trust policy: verify the bundle first and use only its signed manifest "
+             "(required on the isolated side).")(f)
+
+
+def verified_record(mirror: Mirror, bundle: str, trust: Path | None) -> BundleRecord | None:
+    """The signed manifest's record when ``--trust`` is given (exit 3 if it does not verify)."""
+    if trust is None:
+        err_console.print("warning: no --trust given: using the unsigned bundle record "
+                          "(connected side only; pass --trust on the isolated side)")
+        return None
+    return verify_bundle(mirror, bundle, load_policy(trust)).record
 
 
 def _record(mirror: Mirror, report: VerificationReport) -> None:
@@ -40,7 +61,12 @@ def command(bundle: str, trust: Path, mirror_dir: Path | None, as_json: bool) ->
     """Verify BUNDLE against a trust policy; exit 3 on any failure. Logs a verify event."""
     policy = load_policy(trust)
     mirror = open_mirror(mirror_dir)
-    total = sum(a.total_size for a in mirror.load_bundle(bundle).artifacts)
+    try:  # the unsigned record only sizes the progress bar; verification never reads it
+        total: int | None = sum(a.total_size for a in mirror.load_bundle(bundle).artifacts)
+    except BundleNotFound:
+        raise
+    except SpecbundleError:
+        total = None
     try:
         with hash_progress(not as_json, total, "re-hashing") as progress:
             res = verify_bundle(mirror, bundle, policy, progress=progress)

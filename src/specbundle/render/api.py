@@ -191,9 +191,10 @@ def lint_bundle(
     mirror: Mirror, name: str, *, engine: EngineName | str | None = None,
     target: str | None = None, allow_unpinned_image: bool = False,
     image: str | None = None, image_digest: str | None = None,
+    record: BundleRecord | None = None,
 ) -> LintReport:
     """Lint a pulled bundle for one engine (default: every engine its spec enables)."""
-    record = mirror.load_bundle(name)
+    record = record if record is not None else mirror.load_bundle(name)
     spec = _spec_of(record)
     engines = (_engine(engine)[0],) if engine is not None else spec.engines.enabled()
     if (image or image_digest) and len(engines) != 1:
@@ -215,14 +216,19 @@ def _target(target: str) -> Any:
 def render_bundle(
     mirror: Mirror, name: str, engine: EngineName | str, target: str,
     out_dir: Path | None = None, *, image: str | None = None, image_digest: str | None = None,
-    allow_unpinned_image: bool = False,
+    allow_unpinned_image: bool = False, record: BundleRecord | None = None,
 ) -> RenderResult:
-    """Lint, then render one engine x target; lint errors raise :class:`RenderError`."""
+    """Lint, then render one engine x target; lint errors raise :class:`RenderError`.
+
+    ``record``: the verified bundle's record (``VerifiedBundle.record``, from the signed
+    manifest); without it the unsigned ``bundle.json`` is read (connected-side use only).
+    """
     eng_name, eng = _engine(engine)
     tgt = _target(target)
-    record = mirror.load_bundle(name)
+    record = record if record is not None else mirror.load_bundle(name)
     report = lint_bundle(mirror, name, engine=eng_name, target=target, image=image,
-                         image_digest=image_digest, allow_unpinned_image=allow_unpinned_image)
+                         image_digest=image_digest, allow_unpinned_image=allow_unpinned_image,
+                         record=record)
     report.raise_for_errors()
     spec = _spec_of(record)
     ctx = _context(mirror, record,

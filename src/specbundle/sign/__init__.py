@@ -14,22 +14,27 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specbundle._fsutil import atomic_write_bytes
+from specbundle import _faults
+from specbundle._fsutil import atomic_write_bytes, canonical_json
 from specbundle.attest import (
+    Envelope,
     OmsManifest,
     SigningKey,
     append_attestation,
     build_model_sig,
     sign_statement,
 )
+from specbundle.attest.manifest import build_manifest
 from specbundle.attest.modeldir import hash_model_tree, scan_model_dir
 from specbundle.attest.oms import GIT_IGNORED_PATHS
 from specbundle.digest import hash_files, sha256_bytes
 from specbundle.errors import MirrorError, ScanBlocked, UsageError, VerificationError
-from specbundle.mirror import Mirror, utc_now
+from specbundle.mirror import Mirror, utc_now, versions
+from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.record import ArtifactRecord, BundleRecord
 from specbundle.scan.findings import ScanReport
 from specbundle.sign.statements import fetch_provenance, pair_binding, scan_result
+from specbundle.strict import loads_json
 
 __all__ = [
     "SCAN_REPORT",
@@ -41,13 +46,41 @@ __all__ = [
     "sign_model",
 ]
 
-SCAN_REPORT = "scan/report.json"
 Progress = Callable[[int], None]
 
 
-def model_sig_rel(role: str) -> str:
-    """Bundle-relative path of an artifact's ``model.sig``."""
-    return f"sign/{role}/model.sig"
+_faults.register("sign.model-sig-written", "sign.attestations-appended",
+                 "sign.manifest-written")
+
+
+def _image_records(mirror: Mirror, name: str) -> dict[str, bytes]:
+    """Each image record the images stage wrote (``images/<engine>.json``)."""
+    d = mirror.bundle_dir(name) / "images"
+    return {p.stem: p.read_bytes() for p in sorted(d.glob("*.json"))
+            if p.is_file() and not p.is_symlink()} if d.is_dir() else {}
+
+
+def _next_version(mirror: Mirror, name: str) -> tuple[int, str | None]:
+    """The version to write and the current manifest's digest (caller holds the lock).
+
+    Versions above ``current`` were left by a writer that died before its flip: never
+    visible, so they are reclaimed and their number is used again.
+    """
+    cur = versions.read_current_manifest(mirror, name)
+    versions.reclaim_unflipped(mirror, name)
+    if cur is None:
+        return 1, None
+    return cur[0] + 1, sha256_bytes(Envelope.from_json(loads_json(cur[1])).payload)
+
+
+def _manifest_envelope(rec: BundleRecord, roots: dict[str, str], report_sha: str | None,
+                       images: dict[str, bytes], keys: Sequence[SigningKey], now: str,
+                       version: int, previous: str | None) -> bytes:
+    """The version's signed manifest, chained to the previous one."""
+    st = build_manifest(rec, roots, version=version, previous=previous,
+                        scan_report_sha256=report_sha,
+                        images={e: sha256_bytes(b) for e, b in images.items()}, now=now)
+    return canonical_json(sign_statement(st, keys).to_json()) + b"\n"
 
 
 @dataclass(frozen=True)
@@ -117,11 +150,11 @@ def bundle_manifest(
     return OmsManifest.build(art.repo, [(f.path, f.sha256) for f in files], allow_symlinks=True)
 
 
-def _read_scan(mirror: Mirror, name: str) -> tuple[ScanReport | None, str | None]:
+def _read_scan(mirror: Mirror, name: str) -> tuple[ScanReport | None, bytes | None]:
     raw = mirror.read_bundle_file(name, SCAN_REPORT)
     if raw is None:
         return None, None
-    return ScanReport.from_bytes(raw), sha256_bytes(raw)
+    return ScanReport.from_bytes(raw), raw
 
 
 def _check_scan_matches(report: ScanReport, rec: BundleRecord) -> None:
@@ -149,7 +182,8 @@ def sign_bundle(
     if not keys:
         raise UsageError("no signing key given", hint="pass --key KEY.pem")
     rec: BundleRecord = mirror.load_bundle(name)
-    report, report_sha = _read_scan(mirror, name)
+    report, report_raw = _read_scan(mirror, name)
+    report_sha = sha256_bytes(report_raw) if report_raw is not None else None
     if report is None and not allow_unscanned:
         raise UsageError(f"bundle {name!r} has no scan report ({SCAN_REPORT}); refusing to sign",
                          hint="run `specbundle scan` first, or pass --allow-unscanned "
@@ -170,15 +204,30 @@ def sign_bundle(
     statements.append(scan_result(rec, roots, report, report_sha or "", now))
     statements.append(pair_binding(rec, roots, now))
     envelopes = [sign_statement(st, keys) for st in statements]
+    images = _image_records(mirror, name)
     with mirror.lock():
-        paths: dict[str, Path] = {role: mirror.write_bundle_file(name, model_sig_rel(role), data)
-                 for role, data in sigs.items()}
+        version, previous = _next_version(mirror, name)
+        vrel = versions.version_rel(version)
+        paths: dict[str, Path] = {role: mirror.write_bundle_file(
+            name, f"{vrel}/{model_sig_rel(role)}", data) for role, data in sigs.items()}
+        if report_raw is not None:
+            mirror.write_bundle_file(name, f"{vrel}/{SCAN_REPORT}", report_raw)
+        for engine, data in images.items():
+            mirror.write_bundle_file(name, f"{vrel}/images/{engine}.json", data)
+        _faults.point("sign.model-sig-written")
         lines = tuple(append_attestation(mirror, name, env) for env in envelopes)
+        _faults.point("sign.attestations-appended")
+        manifest = _manifest_envelope(rec, roots, report_sha, images, keys, now, version,
+                                      previous)
+        versions.write_manifest(mirror, name, version, manifest)
+        _faults.point("sign.manifest-written")
+        versions.flip_current(mirror, name, version)
         mirror.append_event("sign", name, {
             "roots": roots, "signers": [k.fingerprint for k in keys],
             "model_sig": {r: sha256_bytes(d) for r, d in sigs.items()},
             "attestations": [sha256_bytes(e.to_line()) for e in envelopes],
             "scan_report_sha256": report_sha, "unscanned": report is None,
+            "version": version, "manifest_sha256": sha256_bytes(manifest),
         })
     return SignedBundle(name, roots, paths, lines, tuple(k.fingerprint for k in keys),
                         report is not None)

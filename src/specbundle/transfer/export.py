@@ -16,20 +16,26 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from specbundle import _faults
 from specbundle._fsutil import atomic_write_bytes, atomic_write_json
 from specbundle.attest import SigningKey, sign_statement
+from specbundle.attest.manifest import parse_manifest_unverified
 from specbundle.digest import sha256_bytes
-from specbundle.errors import MirrorError, UsageError
-from specbundle.mirror import Mirror, utc_now
-from specbundle.sign import bundle_manifest, model_sig_rel
+from specbundle.errors import MirrorError, UsageError, VerificationError
+from specbundle.mirror import Mirror, utc_now, versions
+from specbundle.mirror.versions import model_sig_rel
 from specbundle.sign.statements import subjects_for
+from specbundle.strict import loads_json
 from specbundle.transfer.chunks import CHUNK_DIR, ChunkWriter, read_blocks
 from specbundle.transfer.index import INDEX_FILE, Part, TransferIndex
+from specbundle.verify.revocations import REVOCATION_EVENT, read_events_lenient
 
 __all__ = ["EXPORT_STATE", "ExportResult", "export_bundle"]
 
 EXPORT_STATE = "export/state.json"
+_faults.register("export.parts-written", "export.version-claimed", "export.index-written")
 _LOCAL_DIRS = ("export", "import")  # per-mirror bookkeeping, never carried
 
 
@@ -46,6 +52,27 @@ class ExportResult:
     index_sha256: str
 
 
+def _revocations(mirror: Mirror) -> tuple[dict[str, Any], ...]:
+    """The signed revocation envelopes of this mirror's log: they travel with every set."""
+    return tuple(ev["data"]["envelope"] for ev in read_events_lenient(mirror.events_path)
+                 if ev.get("type") == REVOCATION_EVENT and isinstance(ev.get("data"), dict)
+                 and isinstance(ev["data"].get("envelope"), dict))
+
+
+def _log_head(mirror: Mirror) -> dict[str, Any] | None:
+    """seq and digest of the newest event-log entry (caller holds the lock)."""
+    lines = [ln for ln in mirror.events_path.read_bytes().splitlines() if ln.strip()] \
+        if mirror.events_path.exists() else []
+    if not lines:
+        return None
+    try:
+        seq = loads_json(lines[-1], what="event")["seq"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise VerificationError(f"{mirror.events_path}: the newest entry is corrupt: {err}",
+                                hint="run `specbundle audit log --verify`") from None
+    return {"seq": seq, "digest": sha256_bytes(lines[-1])}
+
+
 def _bundle_files(mirror: Mirror, name: str) -> list[tuple[str, Path]]:
     root = mirror.bundle_dir(name)
     out = []
@@ -59,7 +86,16 @@ def _bundle_files(mirror: Mirror, name: str) -> list[tuple[str, Path]]:
 
 def _next_version(mirror: Mirror, name: str, requested: int | None) -> int:
     raw = mirror.read_bundle_file(name, EXPORT_STATE)
-    last = int(json.loads(raw)["version"]) if raw else 0
+    try:
+        state = loads_json(raw, what=EXPORT_STATE) if raw else {"version": 0}
+        last = state["version"]
+        if not isinstance(last, int) or isinstance(last, bool) or last < 0:
+            raise ValueError(f"version {last!r} is not a count")
+    except (ValueError, KeyError, TypeError) as err:
+        raise VerificationError(f"bundles/{name}/{EXPORT_STATE} is corrupt: {err}",
+                          hint="restore it (the last exported index version) or remove it "
+                               "and pass --version above every version already exported"
+                          ) from None
     if requested is not None and requested <= last:
         raise UsageError(f"index version {requested} is not above the last export ({last})",
                          hint="versions only grow, so importers can refuse rollbacks")
@@ -79,19 +115,28 @@ def export_bundle(
     """
     if not keys:
         raise UsageError("exporting needs a key to sign the transfer index", hint="--key KEY")
-    rec = mirror.load_bundle(name)
+    cur = versions.read_current_manifest(mirror, name)
+    if cur is None:
+        mirror.load_bundle(name)  # BundleNotFound first
+        raise UsageError(f"bundle {name!r} is not signed (no signed bundle manifest)",
+                         hint="run `specbundle sign` first")
+    # What travels is the signed version, never the unsigned working record.
+    man = parse_manifest_unverified(cur[1])
+    rec = man.record
     for art in rec.artifacts:
-        if mirror.read_bundle_file(name, model_sig_rel(art.role)) is None:
+        if versions.read_version_file(mirror, name, man.version,
+                                      model_sig_rel(art.role)) is None:
             raise UsageError(f"bundle {name!r} is not signed ({art.role} has no model.sig)",
                              hint="run `specbundle sign` first")
-    ver = _next_version(mirror, name, version)
-    roots = {a.role: bundle_manifest(mirror, a).root_digest for a in rec.artifacts}
+    roots = dict(man.roots)
     sources: list[tuple[str, Path, str | None]] = [
         (f"objects/{sha}", mirror.object_path(sha), sha) for sha in sorted(rec.referenced_blobs())]
     sources += [(f"bundle/{rel}", p, None) for rel, p in _bundle_files(mirror, name)]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / INDEX_FILE).unlink(missing_ok=True)  # a half-written set has no valid index
     shutil.rmtree(out_dir / CHUNK_DIR, ignore_errors=True)
+    for stale in out_dir.rglob(".*.part"):  # an interrupted export's leftovers
+        stale.unlink(missing_ok=True)
     writer = ChunkWriter(out_dir, chunk_size) if chunk_size else None
     parts: list[Part] = []
     for rel, src, want in sources:
@@ -116,17 +161,26 @@ def export_bundle(
             fh.commit()
         parts.append(Part(rel, size, digest, offset))
     chunks = writer.close() if writer else []
-    index = TransferIndex(name, ver, utc_now(), tuple(parts), chunk_size, tuple(chunks))
+    _faults.point("export.parts-written")
     subjects = [s for a in rec.artifacts for s in subjects_for(a, roots[a.role])]
-    env = sign_statement(index.statement(subjects), keys)
-    data = json.dumps(env.to_json(), indent=2, sort_keys=True).encode() + b"\n"
-    atomic_write_bytes(out_dir / INDEX_FILE, data)
-    with mirror.lock():
-        atomic_write_json(mirror.bundle_dir(name) / EXPORT_STATE,
-                          {"version": ver, "index_sha256": sha256_bytes(data),
-                           "exported_at": index.created, "to": str(out_dir)})
-        mirror.append_event("export", name, {"version": ver, "index_sha256": sha256_bytes(data),
-                                             "parts": len(parts), "chunks": len(chunks)})
+    state = mirror.bundle_dir(name) / EXPORT_STATE
+    with mirror.lock():  # the version is claimed under the lock: no two sets share one
+        ver = _next_version(mirror, name, version)
+        atomic_write_json(state, {"version": ver, "index_sha256": None, "to": str(out_dir)})
+        _faults.point("export.version-claimed")
+        # The export event comes first so that the index can carry the log head *including*
+        # it: the set takes this log's floor out of reach of whoever truncates the log later.
+        mirror.append_event("export", name, {"version": ver, "parts": len(parts),
+                                             "chunks": len(chunks)})
+        index = TransferIndex(name, ver, utc_now(), tuple(parts), chunk_size, tuple(chunks),
+                              revocations=_revocations(mirror), log_head=_log_head(mirror))
+        env = sign_statement(index.statement(subjects), keys)
+        data = json.dumps(env.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+        atomic_write_bytes(mirror.bundle_dir(name) / "export" / "index.json", data)
+        atomic_write_json(state, {"version": ver, "index_sha256": sha256_bytes(data),
+                                  "exported_at": index.created, "to": str(out_dir)})
+        atomic_write_bytes(out_dir / INDEX_FILE, data)
+        _faults.point("export.index-written")
     return ExportResult(out_dir, name, ver, len(parts), sum(p.size for p in parts), len(chunks),
                         sha256_bytes(data))
 

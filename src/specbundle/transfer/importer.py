@@ -1,18 +1,25 @@
 """Bring a transfer set into a mirror on the isolated side: verify all, then commit. No network.
 
-1. ``index.json`` must verify under a policy key scoped to the bundle (or its target repo),
-   and its version must not be older than the last import of that bundle (rollback refused;
-   the same version with different content is refused too).
+1. ``index.json`` (parsed strictly) must verify under an unrevoked policy key scoped to the
+   bundle name and every repo it names; nothing in it is used before that, and every path it
+   names is validated (:mod:`specbundle.ids`). Its version must not be older than the last
+   import of that bundle (rollback refused; the same version with other content is refused).
 2. Every chunk (if split) and every part is hashed against the index while it is copied into a
    *staging mirror* under ``<mirror>/tmp/import-<index digest>/``; parts verified by an
    interrupted run are kept there, so a rerun resumes.
-3. The staged bundle is verified with :func:`specbundle.verify.verify_bundle` (signatures,
-   file set, thresholds) exactly as it will be used. The copy in step 2 goes through
+3. The staged manifest is verified first; snapshots are then built from *its* record (never
+   from the carried, unsigned ``bundle.json``), and the whole staged bundle is verified with
+   :func:`specbundle.verify.verify_bundle` exactly as it will be used, with the revocations
+   the index carries. The copy in step 2 goes through
    :func:`~specbundle.verify.write_hashed`, whose records let verify use the digest of the
    very bytes written instead of reading them a second time (one pass over the data); objects
    staged by an earlier run or linked from the mirror are re-hashed by verify.
 4. Only then, under the mirror lock: objects are renamed into the store, snapshots linked,
-   stage files written, new attestation lines appended, and the bundle record written last.
+   the version's files written, attestation lines and revocations appended, and ``current``
+   flipped by one rename as the commit point; the record copy, the import event and the
+   import state follow. A crash anywhere leaves the old or the new version visible; the state
+   ("already imported") is written last, so a broken import is never "unchanged".
+   One importer stages at a time (``.import.lock``); a refused log floor stops the commit.
 """
 
 from __future__ import annotations
@@ -23,8 +30,11 @@ import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+import filelock
+
+from specbundle import _faults
 from specbundle._fsutil import fsync_dir
 from specbundle.attest import (
     ATTESTATIONS_FILE,
@@ -35,21 +45,34 @@ from specbundle.attest import (
 )
 from specbundle.digest import hash_file, sha256_bytes
 from specbundle.errors import MirrorError, VerificationError
-from specbundle.mirror import Mirror
+from specbundle.mirror import Mirror, utc_now, versions
+from specbundle.strict import MalformedDocument, loads_json, read_bounded
 from specbundle.transfer.chunks import CHUNK_DIR, read_blocks, read_range
 from specbundle.transfer.index import INDEX_FILE, Part, TransferIndex
 from specbundle.verify import (
+    BundleVerificationFailed,
     HashedFile,
     TrustPolicy,
+    VerificationReport,
     VerifiedBundle,
     hash_existing,
     verify_bundle,
     write_hashed,
 )
+from specbundle.verify.manifest_check import open_manifest
+from specbundle.verify.revocations import (
+    REVOCATION_EVENT,
+    check_revocations,
+    read_events_lenient,
+    revoked_fingerprints,
+)
 
 __all__ = ["IMPORT_STATE", "ImportResult", "import_bundle", "read_index"]
 
 IMPORT_STATE = "import/state.json"
+_STAGING_TIMEOUT_S = 3600.0
+_faults.register("import.staged", "import.objects-moved", "import.files-written",
+                 "import.attestations-appended", "import.state-written")
 Progress = Callable[[int], None]
 
 
@@ -64,35 +87,78 @@ class ImportResult:
     verified: VerifiedBundle | None
 
 
-def read_index(src: Path, policy: TrustPolicy) -> tuple[TransferIndex, bytes, frozenset[str]]:
-    """Verify and parse ``index.json``; returns the index, its bytes and the trusted signers."""
+def _index_revocations(idx: TransferIndex, policy: TrustPolicy) -> tuple[
+        list[dict[str, Any]], dict[str, str]]:
+    """The index's revocation envelopes that verify under the policy, and what they revoke."""
+    events = [{"type": REVOCATION_EVENT, "seq": None, "data": {"envelope": e}}
+              for e in idx.revocations]
+    check = check_revocations(events, policy.public_keys)
+    good = {r.envelope_sha256 for r in check.revocations}
+    envs = [e for e in idx.revocations
+            if sha256_bytes(Envelope.from_json(e).to_line()) in good]
+    return envs, {fp: r.detail for fp, r in check.revoked.items()}
+
+
+def read_index(src: Path, policy: TrustPolicy, mirror: Mirror | None = None
+               ) -> tuple[TransferIndex, bytes, frozenset[str]]:
+    """Verify and parse ``index.json``; returns the index, its bytes and the trusted signers.
+
+    Nothing of the index is used before its signature checks out; the signer must be scoped
+    to the bundle name and every repo of the set, and not revoked (policy, ``mirror``'s log,
+    or a revocation the index itself carries).
+    """
     try:
-        data = (src / INDEX_FILE).read_bytes()
-        env = Envelope.from_json(json.loads(data))
+        data = read_bounded(src / INDEX_FILE, what=INDEX_FILE)
+        env = Envelope.from_json(loads_json(data, what=INDEX_FILE))
     except FileNotFoundError as err:
         raise VerificationError(f"{src} has no {INDEX_FILE}: not a complete transfer set") from err
-    except ValueError as err:
-        raise VerificationError(f"{src / INDEX_FILE} is not JSON: {err}") from err
+    except OSError as err:
+        raise VerificationError(f"cannot read {src / INDEX_FILE}: {err.strerror}") from err
+    except MalformedDocument as err:
+        raise VerificationError(f"{src / INDEX_FILE}: {err}") from None
     cs = check_statement(env, policy.public_keys)
+    if not cs.signers:
+        raise VerificationError(
+            f"transfer index in {src} is not signed by a key the policy trusts"
+            + (f": {'; '.join(cs.check.problems)}" if cs.check.problems else ""))
     idx = TransferIndex.from_statement(parse_statement(cs.check.payload))
-    repos = {s.name for s in cs.statement.subjects if "sha256" in s.digest}
+    repos = tuple(sorted({s.name for s in cs.statement.subjects if "sha256" in s.digest}))
+    revoked = dict(policy.revoked) | _index_revocations(idx, policy)[1]
+    if mirror is not None:
+        revoked |= revoked_fingerprints(mirror, policy)
     allowed = {k.fingerprint for k in policy.keys
-               if k.may_sign(idx.bundle, idx.bundle) or any(k.may_sign(r, idx.bundle)
-                                                             for r in repos)}
+               if k.may_sign_all(repos, idx.bundle) and k.fingerprint not in revoked}
     signers = cs.signers & allowed
     if not signers:
+        gone = sorted(cs.signers & revoked.keys())
+        why = (f": key {gone[0][:16]}… {revoked[gone[0]]}" if gone
+               else f": no signer may sign bundle {idx.bundle!r} with repos {', '.join(repos)}")
         raise VerificationError(
             f"transfer index of {idx.bundle!r} is not signed by a key the policy trusts for it"
-            + (f": {'; '.join(cs.check.problems)}" if cs.check.problems else ""))
+            + why)
     return idx, data, signers
+
+
+def _read_state(mirror: Mirror, name: str) -> dict[str, Any] | None:
+    raw = mirror.read_bundle_file(name, IMPORT_STATE)
+    if raw is None:
+        return None
+    try:
+        state = loads_json(raw, what=IMPORT_STATE)
+        if not isinstance(state.get("version"), int) or not isinstance(
+                state.get("index_sha256"), str):
+            raise ValueError("version or index_sha256 missing")
+    except (ValueError, AttributeError) as err:
+        raise VerificationError(f"bundles/{name}/{IMPORT_STATE} is corrupt: {err}",
+                                hint="restore it, or remove it to import the set again") from None
+    return dict(state)
 
 
 def _check_rollback(mirror: Mirror, idx: TransferIndex, digest: str) -> bool:
     """True if this exact index is already imported; raises on a rollback or a conflict."""
-    raw = mirror.read_bundle_file(idx.bundle, IMPORT_STATE)
-    if raw is None:
+    state = _read_state(mirror, idx.bundle)
+    if state is None:
         return False
-    state = json.loads(raw)
     have = int(state["version"])
     if idx.version < have:
         raise VerificationError(f"rollback refused: {idx.bundle!r} is at index version {have}, "
@@ -100,7 +166,19 @@ def _check_rollback(mirror: Mirror, idx: TransferIndex, digest: str) -> bool:
     if idx.version == have and state["index_sha256"] != digest:
         raise VerificationError(f"index version {have} of {idx.bundle!r} was already imported "
                                 "with different content; refusing the conflicting set")
-    return idx.version == have and (mirror.bundle_dir(idx.bundle) / "bundle.json").is_file()
+    # The state is written after the ref flip: present, equal and naming the manifest that
+    # is current means fully committed; anything else imports again (never "unchanged" on
+    # a bundle whose current version is not the one this set brought).
+    if idx.version != have:
+        return False
+    cur = versions.read_current_manifest(mirror, idx.bundle)
+    if cur is None:
+        return False
+    try:
+        current = sha256_bytes(Envelope.from_json(loads_json(cur[1])).payload)
+    except (MalformedDocument, VerificationError):
+        return False
+    return state.get("manifest_sha256") == current
 
 
 def _check_chunks(src: Path, idx: TransferIndex, *, content: bool = False) -> None:
@@ -182,41 +260,87 @@ def _link_existing(mirror: Mirror, staging: Mirror, part: Part) -> bool:
     return True
 
 
-def _commit(staging: Mirror, mirror: Mirror, idx: TransferIndex, index_bytes: bytes) -> None:
-    rec = staging.load_bundle(idx.bundle)
+_SKIP = ("bundle.json", ATTESTATIONS_FILE, versions.CURRENT_REF)
+
+
+def _commit(staging: Mirror, mirror: Mirror, idx: TransferIndex, index_bytes: bytes,
+            verified: VerifiedBundle, revocations: list[dict[str, Any]]) -> None:
+    """Everything of the new version first, the ``current`` flip last (then bookkeeping)."""
+    rec = verified.record
     for sha in sorted(rec.referenced_blobs()):
         if not mirror.has_object(sha):
             dest = mirror.object_path(sha)
             dest.parent.mkdir(parents=True, exist_ok=True)
             staging.object_path(sha).replace(dest)  # same filesystem: a rename
             fsync_dir(dest.parent)
+    _faults.point("import.objects-moved")
     for art in rec.artifacts:
         mirror.link_snapshot(art)
     sroot = staging.bundle_dir(idx.bundle)
     for p in sorted(sroot.rglob("*")):
         rel = p.relative_to(sroot).as_posix()
-        if p.is_file() and rel not in ("bundle.json", ATTESTATIONS_FILE) \
-                and not p.name.startswith("."):
+        if p.is_file() and not p.is_symlink() and rel not in _SKIP \
+                and not any(x.startswith(".") for x in rel.split("/")):
             mirror.write_bundle_file(idx.bundle, rel, p.read_bytes())
+    _faults.point("import.files-written")
     new = attestations_path(staging, idx.bundle)
     old = attestations_path(mirror, idx.bundle)
     have = set(old.read_bytes().splitlines()) if old.exists() else set()
     add = [ln for ln in (new.read_bytes().splitlines() if new.exists() else []) if ln
            and ln not in have]
     if add:
+        old.parent.mkdir(parents=True, exist_ok=True)
         prefix = b"\n" if old.exists() and not old.read_bytes().endswith(b"\n") else b""
         with old.open("ab") as fh:
             fh.write(prefix + b"\n".join(add) + b"\n")
             fh.flush()
             os.fsync(fh.fileno())
-    mirror.write_bundle_file(idx.bundle, "import/index.json", index_bytes)
-    mirror.write_bundle_file(idx.bundle, IMPORT_STATE, json.dumps(
-        {"version": idx.version, "index_sha256": sha256_bytes(index_bytes)}).encode())
+    known = {sha256_bytes(Envelope.from_json(e).to_line()) for e in _log_revocations(mirror)}
+    for env in revocations:
+        if sha256_bytes(Envelope.from_json(env).to_line()) not in known:
+            mirror.append_event(REVOCATION_EVENT, None, {"envelope": env, "via": "import"})
+    _faults.point("import.attestations-appended")
+    versions.flip_current(mirror, idx.bundle, verified.version)
     mirror.save_bundle(rec)
+    mirror.write_bundle_file(idx.bundle, "import/index.json", index_bytes)
     mirror.append_event("import", idx.bundle, {
         "version": idx.version, "index_sha256": sha256_bytes(index_bytes),
+        "bundle_version": verified.version, "manifest_sha256": verified.manifest_digest,
         "target": rec.target.commit, "draft": rec.draft.commit if rec.draft else None,
         "attestations_added": len(add)})
+    mirror.write_bundle_file(idx.bundle, IMPORT_STATE, json.dumps(
+        {"version": idx.version, "index_sha256": sha256_bytes(index_bytes),
+         "manifest_sha256": verified.manifest_digest, "log_seq": _log_seq(mirror)}).encode())
+    _faults.point("import.state-written")
+
+
+def _log_seq(mirror: Mirror) -> int:
+    """seq of the newest event-log entry, -1 for an empty log."""
+    events = read_events_lenient(mirror.events_path)
+    seqs = [e["seq"] for e in events if isinstance(e.get("seq"), int)]
+    return max(seqs, default=-1)
+
+
+def _check_floor(mirror: Mirror) -> None:
+    """Refuse a log shorter than one an earlier import saw (its tail was cut)."""
+    seen = -1
+    for p in mirror.root.glob("bundles/*/import/state.json"):
+        try:
+            st = loads_json(p.read_bytes(), what=IMPORT_STATE)
+            seen = max(seen, int(st.get("log_seq", -1)))
+        except (ValueError, TypeError, AttributeError, OSError):
+            raise VerificationError(f"{p} is corrupt", hint="restore it") from None
+    head = _log_seq(mirror)
+    if head < seen:
+        raise VerificationError(f"the event log of {mirror.root} ends at seq {head}, but an "
+                                f"earlier import saw seq {seen}: the log was truncated",
+                                hint="restore events.jsonl; run `specbundle audit log --verify`")
+
+
+def _log_revocations(mirror: Mirror) -> list[dict[str, Any]]:
+    return [ev["data"]["envelope"] for ev in read_events_lenient(mirror.events_path)
+            if ev.get("type") == REVOCATION_EVENT and isinstance(ev.get("data"), dict)
+            and isinstance(ev["data"].get("envelope"), dict)]
 
 
 def import_bundle(
@@ -229,24 +353,64 @@ def import_bundle(
         BundleVerificationFailed: the staged bundle fails :func:`verify_bundle`.
     """
     mirror = Mirror.open(mirror.root, create=True)
-    idx, index_bytes, _ = read_index(src, policy)
+    idx, index_bytes, _ = read_index(src, policy, mirror)
     digest = sha256_bytes(index_bytes)
     if _check_rollback(mirror, idx, digest):
+        shutil.rmtree(mirror.tmp_dir / f"import-{digest[:24]}", ignore_errors=True)
         return ImportResult(idx.bundle, idx.version, "unchanged", digest, None)
     if idx.chunk_size is not None:
         _check_chunks(src, idx)
-    staging = Mirror.open(mirror.tmp_dir / f"import-{digest[:24]}", create=True)
-    hashed = _stage(src, idx, staging, mirror, progress)
+    revocations, index_revoked = _index_revocations(idx, policy)
+    # Staging is held by one importer at a time (a second one waits, then finds the set
+    # imported or resumes the staged bytes); the mirror lock is taken only to commit.
     try:
-        for art in staging.load_bundle(idx.bundle).artifacts:
+        with filelock.FileLock(str(mirror.root / ".import.lock"),
+                               timeout=_STAGING_TIMEOUT_S):
+            return _import_locked(src, mirror, policy, idx, index_bytes, digest, revocations,
+                                  index_revoked, progress)
+    except filelock.Timeout as err:
+        raise MirrorError(f"another import of this transfer set holds {mirror.tmp_dir}") from err
+
+
+def _import_locked(src: Path, mirror: Mirror, policy: TrustPolicy, idx: TransferIndex,
+                   index_bytes: bytes, digest: str, revocations: list[dict[str, Any]],
+                   index_revoked: dict[str, str], progress: Progress | None) -> ImportResult:
+    staging_dir = mirror.tmp_dir / f"import-{digest[:24]}"
+    if _check_rollback(mirror, idx, digest):
+        shutil.rmtree(staging_dir, ignore_errors=True)  # a run killed after its commit
+        return ImportResult(idx.bundle, idx.version, "unchanged", digest, None)
+    staging = Mirror.open(staging_dir, create=True)
+    hashed = _stage(src, idx, staging, mirror, progress)
+    _faults.point("import.staged")
+    revoked = revoked_fingerprints(mirror, policy, index_revoked)
+    # Only a manifest whose signature checks out may name the paths snapshots are built at.
+    man, _, problems = open_manifest(staging, idx.bundle, policy, revoked)
+    if man is None:
+        raise BundleVerificationFailed(VerificationReport(
+            idx.bundle, policy.digest, utc_now(), {}, {}, {}, 0, 0, tuple(problems)))
+    try:
+        for art in man.record.artifacts:
             staging.link_snapshot(art)
     except MirrorError as err:
         raise VerificationError(f"transfer set is incomplete: {err.message}") from err
-    verified = verify_bundle(staging, idx.bundle, policy, hashed=hashed, progress=progress)
-    if verified.name != idx.bundle:
-        raise VerificationError("the staged record names another bundle than the index")
+    verified = verify_bundle(staging, idx.bundle, policy, hashed=hashed, progress=progress,
+                             revoked=revoked)
+    repos = {a.repo for a in verified.record.artifacts}
+    if verified.name != idx.bundle or not repos <= _index_repos(index_bytes):
+        raise VerificationError("the signed manifest names another bundle or other repos "
+                                "than the transfer index")
     with mirror.lock():
         _check_rollback(mirror, idx, digest)  # another import may have won meanwhile
-        _commit(staging, mirror, idx, index_bytes)
+        _check_floor(mirror)
+        cur = versions.current_version(mirror, idx.bundle)
+        if cur is not None and cur > verified.version:
+            raise VerificationError(f"rollback refused: {idx.bundle!r} is at bundle version "
+                                    f"{cur}, this set carries version {verified.version}")
+        _commit(staging, mirror, idx, index_bytes, verified, revocations)
     shutil.rmtree(staging.root, ignore_errors=True)
     return ImportResult(idx.bundle, idx.version, "imported", digest, verified)
+
+
+def _index_repos(index_bytes: bytes) -> set[str]:
+    env = Envelope.from_json(loads_json(index_bytes, what=INDEX_FILE))
+    return {s.name for s in parse_statement(env.payload).subjects if "sha256" in s.digest}

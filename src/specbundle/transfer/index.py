@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from specbundle import __version__
+from specbundle import __version__, ids
 from specbundle.attest import TRANSFER_INDEX_V1, Statement, Subject
 from specbundle.digest import is_sha256
 from specbundle.errors import VerificationError
@@ -25,12 +25,18 @@ INDEX_FILE = "index.json"
 
 
 def safe_part_path(path: str) -> str:
-    """Refuse absolute paths, ``..`` and oddities before they touch the filesystem."""
-    p = PurePosixPath(path)
-    if p.is_absolute() or ".." in p.parts or not p.parts or "\\" in path \
-            or p.parts[0] not in ("objects", "bundle"):
-        raise VerificationError(f"transfer index names an unsafe part path {path!r}")
-    return p.as_posix()
+    """``objects/<sha256>`` or ``bundle/<relative path>``; anything else is refused."""
+    try:
+        ids.check_rel_path(path)
+        head, _, rest = path.partition("/")
+        if head == "objects":
+            ids.check_digest(rest)
+        elif head != "bundle" or not rest:
+            raise ValueError("not under objects/ or bundle/")
+    except ValueError as err:
+        raise VerificationError(f"transfer index names an unsafe part path {path!r}: "
+                                f"{err}") from None
+    return path
 
 
 @dataclass(frozen=True)
@@ -69,12 +75,17 @@ class TransferIndex:
     parts: tuple[Part, ...]
     chunk_size: int | None = None
     chunks: tuple[Chunk, ...] = ()
+    #: Signed revocation envelopes of the exporting mirror's log (each verified on import).
+    revocations: tuple[dict[str, Any], ...] = ()
+    #: The exporting mirror's event-log head (``seq``, ``digest``): a floor for its log.
+    log_head: dict[str, Any] | None = None
 
     def statement(self, subjects: Sequence[Subject]) -> Statement:
         """The statement to sign."""
         predicate: dict[str, Any] = {
             "bundle": self.bundle, "version": self.version, "timeCreated": self.created,
             "toolVersion": __version__, "parts": [p.to_json() for p in self.parts],
+            "revocations": list(self.revocations), "logHead": self.log_head,
         }
         if self.chunk_size is not None:
             predicate["chunking"] = {
@@ -97,11 +108,18 @@ class TransferIndex:
             ch = p.get("chunking")
             chunks = tuple(Chunk(str(c["name"]), int(c["size"]), str(c["sha256"]))
                            for c in ch["chunks"]) if ch else ()
-            idx = cls(str(p["bundle"]), int(p["version"]), str(p["timeCreated"]), parts,
-                      int(ch["chunkSize"]) if ch else None, chunks)
+            revs = p.get("revocations") or []
+            if not isinstance(revs, list) or not all(isinstance(r, dict) for r in revs):
+                raise TypeError("revocations is not a list of envelopes")
+            idx = cls(ids.check_bundle_name(p["bundle"]), int(p["version"]),
+                      str(p["timeCreated"]), parts, int(ch["chunkSize"]) if ch else None,
+                      chunks, tuple(revs),
+                      dict(p["logHead"]) if isinstance(p.get("logHead"), dict) else None)
         except (KeyError, TypeError, ValueError) as err:
             raise VerificationError(f"transfer index predicate is malformed: {err}") from err
         bad = [x.path for x in idx.parts if not is_sha256(x.sha256) or x.size < 0]
+        bad += [x.path for x in idx.parts
+                if x.path.startswith("objects/") and x.path[8:] != x.sha256]
         bad += [c.name for c in idx.chunks if not is_sha256(c.sha256)
                 or PurePosixPath(c.name).name != c.name]
         if bad or idx.version < 1 or len({x.path for x in idx.parts}) != len(idx.parts):

@@ -1,10 +1,14 @@
 """Stage 5 (isolated side): verify a bundle against an offline trust policy. No network.
 
-:func:`verify_bundle` is the only constructor of :class:`VerifiedBundle`, so code that takes
-one (bench, admit) cannot be handed an unchecked bundle. Order of checks: each artifact's
-``model.sig`` under a key the policy scopes to that repo or bundle (roots come only from
-there), the snapshot re-hashed file by file against the signed manifest, then the attestation
-log against the policy's k-of-n, scope and max-age rules. Every failure is collected and
+:func:`verify_bundle` is the one verifier (import, verify, render/bench ``--trust``, admit and
+audit use it) and the only constructor of :class:`VerifiedBundle`, built from the signed
+manifest alone, so code that takes one cannot be handed an unchecked or edited bundle. Order:
+the current version's manifest under enough unrevoked keys scoped to the bundle name *and*
+every repo (:mod:`.manifest_check`); each artifact's ``model.sig`` (its root must be the
+manifest's); the snapshot re-hashed file by file; the scan report and image records against
+their signed digests; then the attestation log against the policy's k-of-n, scope and
+max-age rules, counting only this bundle's statements. Revocations come from the policy, the
+mirror's log and the caller (a signed transfer index). Every failure is collected and
 reported together; any failure raises :class:`BundleVerificationFailed` (exit 3).
 
 Import stages objects through :func:`~specbundle.verify.hashed.write_hashed` and hands the
@@ -15,11 +19,13 @@ explicit step that logs a verification in the mirror's event log.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from specbundle import ids
 from specbundle.attest import (
     MalformedEnvelope,
     OmsManifest,
@@ -28,19 +34,25 @@ from specbundle.attest import (
     open_model_sig,
     read_attestations,
 )
-from specbundle.errors import VerificationError
-from specbundle.mirror import Mirror, utc_now
+from specbundle.attest.manifest import BundleManifest
+from specbundle.digest import sha256_bytes
+from specbundle.errors import BundleNotFound, SpecbundleError, UsageError, VerificationError
+from specbundle.mirror import Mirror, utc_now, versions
+from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.record import ArtifactRecord, BundleRecord
-from specbundle.sign import model_sig_rel
+from specbundle.spec import BundleSpec, parse_spec
 from specbundle.verify.attestations import ArtifactRef, evaluate_attestations
 from specbundle.verify.diff import Problem, ProblemKind
 from specbundle.verify.events import record_verification
 from specbundle.verify.hashed import HashedFile, hash_existing, write_hashed
+from specbundle.verify.manifest_check import RESIGN_HINT, open_manifest
 from specbundle.verify.model import ModelVerification, ModelVerificationFailed, verify_model
 from specbundle.verify.policy import TrustedKey, TrustPolicy, load_policy, parse_policy
+from specbundle.verify.revocations import revoked_fingerprints
 from specbundle.verify.snapshot import SnapshotDigests, check_snapshot
 
 __all__ = [
+    "RESIGN_HINT",
     "BundleVerificationFailed",
     "HashedFile",
     "ModelVerification",
@@ -94,9 +106,16 @@ class VerificationReport:
 
 @dataclass(frozen=True)
 class VerifiedBundle:
-    """A bundle that passed :func:`verify_bundle`; cannot be built anywhere else."""
+    """A bundle version that passed :func:`verify_bundle`; cannot be built anywhere else.
+
+    Everything here comes from the signed manifest, never from ``bundle.json``: later stages
+    (render, bench, admit, audit) take this object instead of re-reading the record by name.
+    """
 
     record: BundleRecord
+    spec: BundleSpec
+    manifest: BundleManifest
+    paths: Mapping[str, Path]
     report: VerificationReport
     _token: object = field(repr=False, compare=False)
 
@@ -114,6 +133,16 @@ class VerifiedBundle:
         """Signed OMS root digest per role."""
         return self.report.roots
 
+    @property
+    def manifest_digest(self) -> str:
+        """sha256 of the signed manifest payload: what admission decisions bind."""
+        return self.manifest.digest
+
+    @property
+    def version(self) -> int:
+        """The bundle version."""
+        return self.manifest.version
+
 
 class BundleVerificationFailed(VerificationError):
     """Verification found problems; ``report`` lists every one."""
@@ -125,24 +154,30 @@ class BundleVerificationFailed(VerificationError):
         self.report = report
 
 
-def _open_sig(mirror: Mirror, rec: BundleRecord, art: ArtifactRecord, policy: TrustPolicy
-              ) -> tuple[OmsManifest | None, str | None, list[Problem]]:
+def _open_sig(mirror: Mirror, man: BundleManifest, art: ArtifactRecord, policy: TrustPolicy,
+              revoked: Mapping[str, str]) -> tuple[OmsManifest | None, str | None, list[Problem]]:
     who = f"{art.role} model.sig"
-    data = mirror.read_bundle_file(rec.name, model_sig_rel(art.role))
+    name = man.bundle
+    data = versions.read_version_file(mirror, name, man.version, model_sig_rel(art.role))
     if data is None:
         return None, None, [Problem("missing-signature", who, "no model.sig for this artifact")]
     errors: list[VerificationError] = []
     for k in policy.keys:
-        if k.fingerprint not in policy.model_signers or not k.may_sign(art.repo, rec.name):
+        if k.fingerprint not in policy.model_signers or not k.may_sign(art.repo, name):
             continue
         try:
-            return open_model_sig(data, k.public), k.fingerprint, []
+            manifest = open_model_sig(data, k.public)
         except VerificationError as err:
             errors.append(err)
+            continue
+        if k.fingerprint in revoked:
+            return None, None, [Problem("revoked-key", who, f"signed by key "
+                                        f"{k.fingerprint[:16]}…, {revoked[k.fingerprint]}")]
+        return manifest, k.fingerprint, []
     real = [e for e in errors if not isinstance(e, OtherKey)]
     if not real:
         why = ("signed by a key that is not in the policy (or not allowed for this repo)"
-               if errors else f"no policy key may sign {art.repo} / bundle {rec.name}")
+               if errors else f"no policy key may sign {art.repo} / bundle {name}")
         return None, None, [Problem("unknown-signature", who, why)]
     kind: ProblemKind = "bad-signature"
     if any(isinstance(e, WrongPredicateType) for e in real):
@@ -152,13 +187,32 @@ def _open_sig(mirror: Mirror, rec: BundleRecord, art: ArtifactRecord, policy: Tr
     return None, None, [Problem(kind, who, "; ".join(dict.fromkeys(e.message for e in real)))]
 
 
+def _bound_files(mirror: Mirror, man: BundleManifest) -> list[Problem]:
+    """Scan report and image records must be the very bytes the manifest names."""
+    out: list[Problem] = []
+    raw = versions.read_version_file(mirror, man.bundle, man.version, SCAN_REPORT)
+    got = sha256_bytes(raw) if raw is not None else None
+    if got != man.scan_report_sha256:
+        out.append(Problem("changed-file", f"bundle:{SCAN_REPORT}",
+                           "scan report differs from the one the manifest signs",
+                           man.scan_report_sha256, got))
+    have = {e: sha256_bytes(b) for e, b in
+            versions.version_images(mirror, man.bundle, man.version).items()}
+    out += [Problem("changed-file", f"bundle:images/{e}.json",
+                    "image record differs from the signed one", man.images.get(e), have.get(e))
+            for e in sorted(set(have) | set(man.images)) if have.get(e) != man.images.get(e)]
+    return out
+
+
 def verify_bundle(
     mirror: Mirror, name: str, policy: TrustPolicy, *, workers: int | None = None,
     progress: Callable[[int], None] | None = None, now: datetime | None = None,
-    hashed: Iterable[HashedFile] = (),
+    hashed: Iterable[HashedFile] = (), revoked: Mapping[str, str] | None = None,
 ) -> VerifiedBundle:
     """Verify bundle ``name`` in ``mirror`` against ``policy``; never touches the network.
 
+    ``revoked``: extra revoked fingerprints -> reason (a signed transfer index's list); the
+    policy's ``revoked:`` and the mirror log's signed revocations always apply.
     ``hashed``: records of objects the caller wrote with :func:`write_hashed`; a snapshot file
     that is still exactly such a file is checked against that digest instead of being re-read.
 
@@ -166,16 +220,38 @@ def verify_bundle(
         BundleVerificationFailed: any problem (the exception carries the full report).
         BundleNotFound: no such bundle in the mirror.
     """
-    rec = mirror.load_bundle(name)
-    problems: list[Problem] = []
+    try:
+        ids.check_bundle_name(name)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if not mirror.bundle_dir(name).is_dir():
+        known = ", ".join(mirror.bundle_names()) or "none"
+        raise BundleNotFound(f"no bundle named {name!r} in mirror {mirror.root}",
+                             hint=f"bundles here: {known}")
+    all_revoked = revoked_fingerprints(mirror, policy, revoked)
+    man, _, problems = open_manifest(mirror, name, policy, all_revoked)
+    if man is None:
+        raise _failed(name, policy, problems)
+    rec = man.record
+    problems += _bound_files(mirror, man)
+    spec: BundleSpec | None = None
+    try:
+        spec = parse_spec(rec.spec, file=f"bundle {name} (signed manifest)")
+    except SpecbundleError as err:
+        problems.append(Problem("malformed", "manifest spec", err.message))
     roots: dict[str, str] = {}
     model_signers: dict[str, str] = {}
     files = nbytes = on_write = 0
     digests = SnapshotDigests({h.file_id: h for h in hashed})
     for art in rec.artifacts:
-        manifest, signer, sig_problems = _open_sig(mirror, rec, art, policy)
+        manifest, signer, sig_problems = _open_sig(mirror, man, art, policy, all_revoked)
         problems += sig_problems
         if manifest is None or signer is None:
+            continue
+        if manifest.root_digest != man.roots[art.role]:
+            problems.append(Problem("record-mismatch", f"{art.role} model.sig",
+                                    "model.sig signs other files than the manifest",
+                                    man.roots[art.role], manifest.root_digest))
             continue
         roots[art.role], model_signers[art.role] = manifest.root_digest, signer
         snap_problems, n, n_proven = check_snapshot(mirror, art, manifest, workers=workers,
@@ -189,10 +265,18 @@ def verify_bundle(
     refs: dict[str, ArtifactRef] = {a.role: ArtifactRef(a.role, a.repo, a.commit, roots[a.role])
             for a in rec.artifacts if a.role in roots}
     att_problems, signers = evaluate_attestations(envs, policy, name, refs,
-                                                  now or datetime.now(UTC))
+                                                  now or datetime.now(UTC), all_revoked,
+                                                  man.scan_report_sha256)
     problems += att_problems
     report = VerificationReport(name, policy.digest, utc_now(), roots, model_signers, signers,
                                 files, nbytes, tuple(problems), on_write)
-    if problems:
+    if problems or spec is None:
         raise BundleVerificationFailed(report)
-    return VerifiedBundle(rec, report, _TOKEN)
+    paths: dict[str, Path] = {a.role: mirror.snapshot_dir(a.repo, a.commit) for a in rec.artifacts}
+    return VerifiedBundle(rec, spec, man, paths, report, _TOKEN)
+
+
+def _failed(name: str, policy: TrustPolicy, problems: list[Problem]
+            ) -> BundleVerificationFailed:
+    return BundleVerificationFailed(VerificationReport(
+        name, policy.digest, utc_now(), {}, {}, {}, 0, 0, tuple(problems)))

@@ -18,6 +18,7 @@ from specbundle.attest import (
     KIND_BY_PREDICATE,
     PAIR_BINDING_V1,
     SCAN_RESULT,
+    SLSA_PROVENANCE_V1,
     SLSA_VSA_V1,
     CheckedStatement,
     Envelope,
@@ -48,6 +49,26 @@ def _failing(st_type: str, predicate: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _other_bundle(st_type: str, predicate: Mapping[str, Any], bundle: str,
+                  scan_sha: str | None) -> str | None:
+    """Why a statement belongs to another bundle (statements of other bundles never count)."""
+    if st_type == PAIR_BINDING_V1:
+        named = predicate.get("bundle")
+    elif st_type == SLSA_PROVENANCE_V1:
+        bd = predicate.get("buildDefinition")
+        ip = bd.get("internalParameters") if isinstance(bd, dict) else None
+        named = ip.get("bundle") if isinstance(ip, dict) else None
+    elif st_type == SCAN_RESULT:
+        sc = predicate.get("specbundle_scan")
+        got = sc.get("reportSha256") if isinstance(sc, dict) else None
+        if scan_sha is not None and got != scan_sha:
+            return f"a scan result names report {str(got)[:16]}…, not the signed one"
+        return None
+    else:
+        return None
+    return None if named == bundle else f"a {KIND_BY_PREDICATE[st_type]} is for bundle {named!r}"
+
+
 def _open_all(envs: Sequence[Envelope], policy: TrustPolicy) -> tuple[
         list[CheckedStatement], list[Problem]]:
     checked: list[CheckedStatement] = []
@@ -74,11 +95,13 @@ def _open_all(envs: Sequence[Envelope], policy: TrustPolicy) -> tuple[
 
 
 def _evaluate(req: Requirement, art: ArtifactRef, bundle: str, policy: TrustPolicy,
-              stmts: list[CheckedStatement], now: datetime) -> Problem | None:
+              stmts: list[CheckedStatement], now: datetime, revoked: Mapping[str, str],
+              scan_sha: str | None) -> Problem | None:
     fresh: set[str] = set()
     stale: set[str] = set()
     notes: list[str] = []
-    eligible = {k.fingerprint for k in policy.keys if k.may_sign(art.repo, bundle)}
+    eligible = {k.fingerprint for k in policy.keys
+                if k.may_sign(art.repo, bundle) and k.fingerprint not in revoked}
     for cs in stmts:
         st = cs.statement
         if st.predicate_type != req.predicate_type or art.root not in st.digests("sha256"):
@@ -87,7 +110,10 @@ def _evaluate(req: Requirement, art: ArtifactRef, bundle: str, policy: TrustPoli
         if art.commit not in commits:
             notes.append(f"a statement names commit(s) {sorted(commits)}, not {art.commit}")
             continue
-        why = _failing(st.predicate_type, st.predicate)
+        why = _other_bundle(st.predicate_type, st.predicate, bundle, scan_sha) or _failing(
+            st.predicate_type, st.predicate)
+        if gone := sorted(cs.signers & revoked.keys()):
+            notes += [f"key {fp[:16]}… {revoked[fp]}" for fp in gone]
         if why:
             notes.append(why)
             continue
@@ -112,8 +138,8 @@ def _evaluate(req: Requirement, art: ArtifactRef, bundle: str, policy: TrustPoli
                    f"{req.threshold} distinct eligible signer(s)", got)
 
 
-def _binding_problems(stmts: list[CheckedStatement], arts: Mapping[str, ArtifactRef]
-                      ) -> list[Problem]:
+def _binding_problems(stmts: list[CheckedStatement], arts: Mapping[str, ArtifactRef],
+                      bundle: str) -> list[Problem]:
     """Name a swapped draft precisely: a binding for this target that names another draft."""
     target, draft = arts.get("target"), arts.get("draft")
     if target is None:
@@ -123,7 +149,8 @@ def _binding_problems(stmts: list[CheckedStatement], arts: Mapping[str, Artifact
     others: set[str] = set()
     for cs in stmts:
         st = cs.statement
-        if st.predicate_type != PAIR_BINDING_V1 or target.root not in st.digests("sha256"):
+        if st.predicate_type != PAIR_BINDING_V1 or target.root not in st.digests("sha256") \
+                or st.predicate.get("bundle") != bundle:
             continue
         d = st.predicate.get("draft")
         root = d.get("rootDigest") if isinstance(d, dict) else None
@@ -140,16 +167,17 @@ def _binding_problems(stmts: list[CheckedStatement], arts: Mapping[str, Artifact
 
 def evaluate_attestations(
     envs: Sequence[Envelope], policy: TrustPolicy, bundle: str,
-    arts: Mapping[str, ArtifactRef], now: datetime,
+    arts: Mapping[str, ArtifactRef], now: datetime, revoked: Mapping[str, str] | None = None,
+    scan_sha: str | None = None,
 ) -> tuple[list[Problem], dict[str, dict[str, list[str]]]]:
     """Problems, plus trusted signers per statement kind and role (for the verified result)."""
     stmts, problems = _open_all(envs, policy)
     for req in policy.requirements:
         for art in arts.values():
-            p = _evaluate(req, art, bundle, policy, stmts, now)
+            p = _evaluate(req, art, bundle, policy, stmts, now, revoked or {}, scan_sha)
             if p is not None:
                 problems.append(p)
-    problems += _binding_problems(stmts, arts)
+    problems += _binding_problems(stmts, arts, bundle)
     signers: dict[str, dict[str, list[str]]] = {}
     for cs in stmts:
         kind = KIND_BY_PREDICATE.get(cs.statement.predicate_type)

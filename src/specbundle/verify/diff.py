@@ -15,7 +15,8 @@ __all__ = ["Problem", "ProblemKind", "diff_files"]
 ProblemKind = Literal[
     "missing-file", "extra-file", "changed-file", "unsafe-file", "missing-signature",
     "bad-signature", "unknown-signature", "wrong-predicate-type", "unmet-threshold",
-    "expired", "binding-mismatch", "malformed", "record-mismatch",
+    "expired", "binding-mismatch", "malformed", "record-mismatch", "unsigned-manifest",
+    "revoked-key", "out-of-scope", "wrong-bundle", "chain-mismatch",
 ]
 
 

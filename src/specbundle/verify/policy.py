@@ -12,34 +12,37 @@
           -----BEGIN PUBLIC KEY-----
           ...
         repos: ["org/*"]               # fnmatch patterns: repos whose weights it may sign
-        bundles: ["*"]                 # and/or bundle names it may sign for
+        bundles: ["*"]                 # AND bundle names it may sign for (both must match)
     model_signers: [release]           # optional: who may sign model.sig (default: all keys)
     require:                           # statement kind -> k-of-n
       fetch-provenance: {threshold: 1}
       scan-result: {threshold: 1, signers: [security]}
       pair-binding: {threshold: 2, signers: [security, ml-lead], max_age: 30d}
+    revoked:                           # keys retired everywhere (verify, import, admit, audit)
+      - {fingerprint: <sha256 hex>, reason: "laptop stolen"}
 
 An empty, unreadable or inconsistent policy is a :class:`SpecError`, never "trust all":
-unknown kinds, duplicate keys, a fingerprint that does not match its PEM, and thresholds that
-the eligible signers cannot reach are all refused at load time.
+unknown kinds, duplicate keys (also duplicate YAML mapping keys), a fingerprint that does
+not match its PEM, and thresholds that the eligible signers cannot reach are all refused
+at load time.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specbundle.attest import PREDICATE_BY_KIND, PublicKey, public_key_from_pem
 from specbundle.digest import sha256_bytes
 from specbundle.errors import SpecbundleError, SpecError
-from specbundle.spec import yaml_problem
+from specbundle.strict import MalformedDocument, loads_yaml
 
 __all__ = ["DEFAULT_REQUIRE", "Requirement", "TrustPolicy", "TrustedKey", "load_policy",
            "parse_duration", "parse_policy"]
@@ -74,6 +77,12 @@ class _Req(BaseModel):
     max_age: str | None = None
 
 
+class _Revoked(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    fingerprint: str = Field(pattern=r"^[0-9a-f]{64}$")
+    reason: str = Field(min_length=1)
+
+
 class _Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     api_version: Literal["specbundle/v1"] = Field(alias="apiVersion")
@@ -82,6 +91,7 @@ class _Policy(BaseModel):
     model_signers: list[str] | None = None
     require: dict[str, _Req] | None = None
     max_age: str | None = None
+    revoked: list[_Revoked] = []
 
 
 @dataclass(frozen=True)
@@ -99,9 +109,18 @@ class TrustedKey:
         return self.public.fingerprint
 
     def may_sign(self, repo: str, bundle: str) -> bool:
-        """True if the key is scoped to this repo or this bundle name."""
-        return any(fnmatch.fnmatchcase(repo, p) for p in self.repos) or any(
-            fnmatch.fnmatchcase(bundle, p) for p in self.bundles)
+        """True if the key is scoped to this repo *and* this bundle name."""
+        return self.may_sign_all((repo,), bundle)
+
+    def may_sign_all(self, repos: tuple[str, ...] | list[str], bundle: str) -> bool:
+        """True if the bundle name and every one of ``repos`` are in the key's scope.
+
+        Both dimensions must match: a key for ``narrow/*`` repos cannot replace bundle
+        ``prod`` (its name), nor can a key for bundle ``prod`` bring in weights of repos it
+        was never trusted for.
+        """
+        return any(fnmatch.fnmatchcase(bundle, p) for p in self.bundles) and all(
+            any(fnmatch.fnmatchcase(r, p) for p in self.repos) for r in repos)
 
 
 @dataclass(frozen=True)
@@ -124,6 +143,7 @@ class TrustPolicy:
     requirements: tuple[Requirement, ...]
     digest: str
     source: str
+    revoked: Mapping[str, str] = field(default_factory=dict)
 
     def key(self, fingerprint: str) -> TrustedKey | None:
         """The trusted key with this fingerprint."""
@@ -158,8 +178,10 @@ def _build(p: _Policy, digest: str, source: str) -> TrustPolicy:
                              f"public key ({pub.fingerprint})")
         if k.name in keys or any(x.fingerprint == pub.fingerprint for x in keys.values()):
             raise ValueError(f"keys[{k.name}]: duplicate key name or fingerprint")
-        if not k.repos and not k.bundles:
-            raise ValueError(f"keys[{k.name}]: scope it with repos and/or bundles patterns")
+        if not k.repos or not k.bundles:
+            raise ValueError(f"keys[{k.name}]: scope it with both repos and bundles patterns "
+                             "(a key may sign a bundle only if both match; bundles: ['*'] "
+                             "allows any name)")
         keys[k.name] = TrustedKey(k.name, pub, tuple(k.repos), tuple(k.bundles))
     default_age = parse_duration(p.max_age) if p.max_age else None
     raw_req = p.require if p.require is not None else {k: _Req() for k in DEFAULT_REQUIRE}
@@ -177,15 +199,17 @@ def _build(p: _Policy, digest: str, source: str) -> TrustPolicy:
         age = parse_duration(r.max_age) if r.max_age else default_age
         reqs.append(Requirement(kind, PREDICATE_BY_KIND[kind], r.threshold, signers, age))
     return TrustPolicy(tuple(keys.values()), _resolve(p.model_signers, keys, "model_signers"),
-                       tuple(reqs), digest, source)
+                       tuple(reqs), digest, source,
+                       {r.fingerprint: f"revoked by the trust policy: {r.reason}"
+                        for r in p.revoked})
 
 
 def parse_policy(data: bytes, *, source: str = "<policy>") -> TrustPolicy:
     """Validate policy bytes (YAML or JSON)."""
     try:
-        doc: Any = yaml.safe_load(data) if data.strip() else None
-    except yaml.YAMLError as err:
-        raise SpecError(f"not valid YAML: {yaml_problem(err)}", file=source) from None
+        doc: Any = loads_yaml(data, what="trust policy") if data.strip() else None
+    except MalformedDocument as err:
+        raise SpecError(str(err), file=source) from None
     if not isinstance(doc, dict) or not doc:
         raise SpecError("empty trust policy: refusing to trust anything", file=source)
     try:

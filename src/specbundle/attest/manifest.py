@@ -1,0 +1,136 @@
+"""The bundle manifest: one signed, immutable statement per bundle version.
+
+Everything that changes what reaches the GPUs is under this one signature: bundle name and
+version, the previous version's manifest digest (a chain, so a version cannot be silently
+replaced), the whole spec (canonical JSON text, so floats survive exactly: admission
+thresholds, engine settings), both artifacts as pulled (repo, resolved commit, file selection,
+per-file digests) with their OMS root digests, method, the scan report's digest and the image
+records' digests. Verification builds the bundle from this statement, never from the unsigned
+``bundle.json``; the *manifest digest* is the sha256 of the signed payload bytes, and later
+statements (admission) name it to count only for this version.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from specbundle import ids
+from specbundle.attest.dsse import Envelope
+from specbundle.attest.predicates import SPECBUNDLE_URI
+from specbundle.attest.statement import Statement, Subject, artifact_subjects, parse_statement
+from specbundle.digest import sha256_bytes
+from specbundle.errors import MirrorError, VerificationError
+from specbundle.record import BundleRecord
+from specbundle.strict import MalformedDocument, loads_json
+
+__all__ = ["BUNDLE_MANIFEST_V1", "BundleManifest", "build_manifest", "parse_manifest",
+           "parse_manifest_unverified"]
+
+BUNDLE_MANIFEST_V1 = f"{SPECBUNDLE_URI}/attestation/bundle-manifest/v1"
+
+
+@dataclass(frozen=True)
+class BundleManifest:
+    """A parsed manifest: the signed bundle version (call only on verified payload bytes)."""
+
+    bundle: str
+    version: int
+    previous: str | None
+    record: BundleRecord
+    roots: Mapping[str, str]
+    scan_report_sha256: str | None
+    images: Mapping[str, str]
+    digest: str
+    time: str
+
+    @property
+    def repos(self) -> tuple[str, ...]:
+        """Every artifact repo (the key scope check needs all of them)."""
+        return tuple(a.repo for a in self.record.artifacts)
+
+
+def _spec_text(spec: Mapping[str, Any]) -> str:
+    # JSON text keeps floats exact and the statement itself float-free (canonical JSON).
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+def build_manifest(
+    rec: BundleRecord, roots: Mapping[str, str], *, version: int, previous: str | None,
+    scan_report_sha256: str | None, images: Mapping[str, str], now: str,
+) -> Statement:
+    """The manifest statement for one version of ``rec`` (subjects: every artifact root)."""
+    record = rec.to_json()
+    record.pop("spec")
+    spec_text = _spec_text(rec.spec)
+    subjects = [Subject(f"specbundle:bundle/{rec.name}", {"sha256": sha256_bytes(
+        spec_text.encode())})]
+    for a in rec.artifacts:
+        subjects += artifact_subjects(a.repo, roots[a.role], a.commit, a.commit_kind)
+    spec_spec = rec.spec.get("speculative") or {}
+    predicate = {
+        "bundle": rec.name, "version": version, "previousManifest": previous,
+        "spec": spec_text, "record": record, "roots": dict(roots),
+        "method": spec_spec.get("method") if isinstance(spec_spec, dict) else None,
+        "scanReport": {"sha256": scan_report_sha256} if scan_report_sha256 else None,
+        "images": dict(images), "timeCreated": now,
+    }
+    return Statement.build(subjects, BUNDLE_MANIFEST_V1, predicate)
+
+
+def _check_ids(rec: BundleRecord) -> None:
+    ids.check_bundle_name(rec.name)
+    for a in rec.artifacts:
+        ids.check_repo(a.repo)
+        ids.check_commit(a.commit)
+        for f in a.files:
+            ids.check_rel_path(f.path)
+            ids.check_digest(f.sha256)
+
+
+def parse_manifest(st: Statement, payload: bytes) -> BundleManifest:
+    """Validate a manifest predicate; every defect is a :class:`VerificationError`."""
+    if st.predicate_type != BUNDLE_MANIFEST_V1:
+        raise VerificationError(f"manifest has predicate type {st.predicate_type!r}, expected "
+                                f"{BUNDLE_MANIFEST_V1!r}")
+    p = st.predicate
+    try:
+        spec = loads_json(str(p["spec"]), what="manifest spec")
+        if not isinstance(spec, dict):
+            raise ValueError("the spec is not a mapping")
+        record = dict(p["record"])
+        record["spec"] = spec
+        rec = BundleRecord.from_json(record)
+        _check_ids(rec)
+        roots = {str(k): ids.check_digest(v) for k, v in dict(p["roots"]).items()}
+        if set(roots) != {a.role for a in rec.artifacts} or rec.name != p["bundle"]:
+            raise ValueError("roots or bundle name disagree with the record")
+        scan = p.get("scanReport")
+        scan_sha = ids.check_digest(scan["sha256"]) if scan else None
+        images = {str(k): ids.check_digest(v) for k, v in dict(p.get("images") or {}).items()}
+        version, prev = p["version"], p.get("previousManifest")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise ValueError(f"version {version!r} is not a positive integer")
+        if prev is not None:
+            ids.check_digest(prev)
+        return BundleManifest(rec.name, version, prev, rec, roots, scan_sha, images,
+                              sha256_bytes(payload), str(p.get("timeCreated", "")))
+    except (KeyError, TypeError, ValueError, MalformedDocument, AttributeError,
+            MirrorError) as err:
+        what = f"missing field {err}" if isinstance(err, KeyError) else str(err)
+        raise VerificationError(f"bundle manifest is malformed: {what}") from err
+
+
+def parse_manifest_unverified(envelope_bytes: bytes) -> BundleManifest:
+    """The manifest this (own, connected-side) mirror signed, without checking signatures.
+
+    For export only: what it writes is verified again, in full, by every importer.
+    """
+    try:
+        env = Envelope.from_json(loads_json(envelope_bytes, what="bundle manifest"))
+    except MalformedDocument as err:
+        raise VerificationError(str(err)) from None
+    return parse_manifest(parse_statement(env.payload), env.payload)

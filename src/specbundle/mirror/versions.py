@@ -1,0 +1,148 @@
+"""Bundle versions on disk: immutable signed manifests and the one ref that names the current.
+
+Layout inside ``bundles/<name>/``::
+
+    versions/<NNNNNN>/manifest.json            DSSE envelope of the bundle-manifest statement
+    versions/<NNNNNN>/sign/<role>/model.sig    OMS signature per artifact (the manifest's roots)
+    versions/<NNNNNN>/scan/report.json         the scan report whose digest the manifest signs
+    versions/<NNNNNN>/images/<engine>.json     the image records whose digests it signs
+    current                                    the current version number; replaced by a rename
+
+Every file of a version is immutable once written, so two versions never share a mutable
+file and a half-written newer version can never change what the current one means.
+
+A writer (sign, import) puts every byte of a version in place first and flips ``current`` as
+its last step, so a crash leaves the previous version visible, never a mixture. Layout lives
+here, with the mirror, so the isolated side never imports the signer to find a file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from specbundle import _faults
+from specbundle._fsutil import atomic_write_bytes, fsync_dir
+from specbundle.errors import VerificationError
+from specbundle.mirror.store import Mirror
+
+__all__ = [
+    "CURRENT_REF",
+    "SCAN_REPORT",
+    "current_version",
+    "flip_current",
+    "manifest_rel",
+    "model_sig_rel",
+    "read_current_manifest",
+    "read_manifest",
+    "read_version_file",
+    "reclaim_unflipped",
+    "version_images",
+    "version_rel",
+    "write_manifest",
+]
+
+CURRENT_REF = "current"
+#: The scan stage's report, whose digest the manifest signs.
+SCAN_REPORT = "scan/report.json"
+_VERSION = re.compile(r"^[1-9][0-9]{0,8}$")
+_faults.register("versions.ref-staged", "versions.ref-flipped")
+
+
+def model_sig_rel(role: str) -> str:
+    """Bundle-relative path of an artifact's ``model.sig``."""
+    if role not in ("target", "draft"):
+        raise ValueError(f"unknown artifact role {role!r}")
+    return f"sign/{role}/model.sig"
+
+
+def version_rel(version: int, rel: str = "") -> str:
+    """Bundle-relative path of a file inside one version's folder."""
+    return f"versions/{version:06d}/{rel}".rstrip("/")
+
+
+def manifest_rel(version: int) -> str:
+    """Bundle-relative path of one version's manifest."""
+    return version_rel(version, "manifest.json")
+
+
+def read_version_file(mirror: Mirror, name: str, version: int, rel: str) -> bytes | None:
+    """A file of one version (``sign/<role>/model.sig``, ``scan/report.json``, ...)."""
+    return mirror.read_bundle_file(name, version_rel(version, rel))
+
+
+def version_images(mirror: Mirror, name: str, version: int) -> dict[str, bytes]:
+    """Engine -> image record bytes stored with one version."""
+    d = mirror.bundle_dir(name) / version_rel(version, "images")
+    return {p.stem: p.read_bytes() for p in sorted(d.glob("*.json"))
+            if p.is_file() and not p.is_symlink()} if d.is_dir() else {}
+
+
+def current_version(mirror: Mirror, name: str) -> int | None:
+    """The version ``current`` names, None if the bundle has no manifest yet.
+
+    Raises:
+        VerificationError: the ref holds anything but a version number (tampered or corrupt).
+    """
+    raw = mirror.read_bundle_file(name, CURRENT_REF)
+    if raw is None:
+        return None
+    text = raw.decode("ascii", errors="replace").strip()
+    if not _VERSION.match(text):
+        raise VerificationError(f"bundles/{name}/{CURRENT_REF} is corrupt: {text[:40]!r}",
+                                hint="restore the bundle from a transfer set or re-sign it")
+    return int(text)
+
+
+def read_manifest(mirror: Mirror, name: str, version: int) -> bytes | None:
+    """One version's manifest envelope bytes."""
+    return mirror.read_bundle_file(name, manifest_rel(version))
+
+
+def read_current_manifest(mirror: Mirror, name: str) -> tuple[int, bytes] | None:
+    """(version, envelope bytes) of the current version; None when never signed.
+
+    Raises:
+        VerificationError: ``current`` names a version whose manifest is missing.
+    """
+    v = current_version(mirror, name)
+    if v is None:
+        return None
+    data = read_manifest(mirror, name, v)
+    if data is None:
+        raise VerificationError(f"bundle {name!r}: current names version {v}, whose manifest "
+                                "is missing")
+    return v, data
+
+
+def write_manifest(mirror: Mirror, name: str, version: int, data: bytes) -> Path:
+    """Write a version's manifest; an existing different one is never overwritten."""
+    old = read_manifest(mirror, name, version)
+    if old is not None and old != data:
+        raise VerificationError(f"bundle {name!r} version {version} already exists with other "
+                                "content; versions are immutable")
+    return mirror.write_bundle_file(name, manifest_rel(version), data)
+
+
+def reclaim_unflipped(mirror: Mirror, name: str) -> list[int]:
+    """Remove version folders above ``current`` (a crashed writer's); caller holds the lock."""
+    cur = current_version(mirror, name) or 0
+    d = mirror.bundle_dir(name) / "versions"
+    gone = sorted(int(p.name) for p in d.glob("*") if p.name.isdigit() and int(p.name) > cur) \
+        if d.is_dir() else []
+    for v in gone:
+        shutil.rmtree(d / f"{v:06d}")
+    return gone
+
+
+def flip_current(mirror: Mirror, name: str, version: int) -> None:
+    """Make ``version`` current by one atomic rename (the writer's last step)."""
+    path = mirror.bundle_dir(name) / CURRENT_REF
+    tmp = path.with_name(f".{CURRENT_REF}.{os.getpid()}.tmp")
+    atomic_write_bytes(tmp, f"{version}\n".encode())
+    _faults.point("versions.ref-staged")
+    tmp.replace(path)
+    fsync_dir(path.parent)
+    _faults.point("versions.ref-flipped")
