@@ -331,21 +331,35 @@ def walk_pickle(stream: IO[bytes], allowed: frozenset[str], *, max_bytes: int) -
                       bounded.tell(), complete, root)
 
 
-def looks_like_pickle(head: bytes, *, truncated: bool = False) -> bool:
-    """Whether these bytes are a pickle (catches protocol 0/1 text pickles).
+# A text file fails to parse as pickle opcodes within a few bytes; this many valid opcodes in a
+# row is a pickle whatever the rest holds (counted in opcodes, not bytes, so one huge string
+# opcode cannot push the evidence past a byte window).
+_SNIFF_OPS = 10_000
+_CALL_OPS = frozenset({"REDUCE", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "BUILD"})
 
-    True when the head parses to STOP, or parses a GLOBAL/INST and at least one more opcode
-    before the head runs out (a long pickle cut by the sniffing limit).
+
+def looks_like_pickle(data: bytes | IO[bytes], *, truncated: bool = False,
+                      max_bytes: int = 1 << 30) -> bool:
+    """Whether a stream (or bytes) is a pickle, protocol 0/1 text pickles included.
+
+    True when it parses to STOP, parses :data:`_SNIFF_OPS` opcodes without error, or parses a
+    GLOBAL/INST and at least one more opcode before breaking (a nullifAI-style broken pickle).
+    ``truncated`` says bytes were cut from the end (a break there is no evidence against).
     """
-    if len(head) < 2:
-        return False
-    ops, saw_global = 0, False
+    stream = io.BytesIO(data) if isinstance(data, bytes) else data
+    ops, saw_global, saw_call = 0, False, False
     try:
-        for op, _arg, _pos in pickletools.genops(io.BytesIO(head)):
+        for op, _arg, _pos in pickletools.genops(_Bounded(stream, max_bytes)):  # type: ignore[arg-type]
             ops += 1
             if op.name == "STOP":
                 return ops >= 2
+            saw_call = saw_call or (saw_global and op.name in _CALL_OPS)
             saw_global = saw_global or op.name in ("GLOBAL", "INST")
+            if ops >= _SNIFF_OPS:
+                return True
+    except _BudgetExceeded:
+        return ops >= 2
     except (ValueError, UnicodeError, EOFError, OverflowError, struct.error, IndexError):
-        return truncated and saw_global and ops >= 3
+        # broken after a global and a call: the call already ran when a loader gets here
+        return saw_global and (saw_call or (truncated and ops >= 3))
     return False

@@ -32,6 +32,7 @@ from specbundle.scan.pickle_walker import (
     walk_pickle,
 )
 from specbundle.scan.sniff import FileKind
+from specbundle.scan.zipwalk import ZipAmbiguity, ZipArchive, read_member, walk_zip
 
 __all__ = ["PickleCheck"]
 
@@ -52,6 +53,20 @@ _NPY_ERRORS = (ValueError, TypeError, SyntaxError, tokenize.TokenError, EOFError
 def _walk_findings(rel: str, walk: PickleWalk, where: str = "") -> Iterator[Finding]:
     for p in walk.problems:
         yield finding(p.check_id, Severity.CRITICAL, p.message + where, rel, pos=p.pos)
+
+
+def _zipfile_differs(f: TreeFile, archive: ZipArchive) -> str | None:
+    """Python's zipfile is the second reader: it must see exactly the walker's entries."""
+    try:
+        with zipfile.ZipFile(f.path) as zf:
+            theirs = [(i.filename, i.header_offset, i.compress_size, i.file_size, i.CRC)
+                      for i in zf.infolist()]
+    except _ZIP_ERRORS as err:
+        return f"zipfile cannot read the archive: {type(err).__name__}: {err}"
+    ours = [(e.name, e.header_offset, e.csize, e.usize, e.crc) for e in archive.entries]
+    if theirs != ours:
+        return "zipfile reads different members than the raw structure says"
+    return None
 
 
 def _storage_key(pid: tuple[object, ...], legacy: bool) -> str | None:
@@ -78,7 +93,7 @@ class PickleCheck(Check):
         "pickle.budget": "Pickle larger than the scan budget",
         "pickle.trailing-data": "Bytes after the pickle's STOP (stacked pickles)",
         "pickle.persistent-id": "Persistent id that is not a torch storage reference",
-        "pickle.zip-malformed": "Unreadable, prefixed, encrypted or duplicated zip checkpoint",
+        "pickle.zip-malformed": "Malformed zip checkpoint, or one zip readers read differently",
         "pickle.zip-member": "Zip member that is not part of a torch state dict",
         "pickle.zip-storage": "Storage referenced but missing, or stored but unreferenced",
         "pickle.npy-object": "numpy array with object dtype (needs unpickling to load)",
@@ -169,60 +184,45 @@ class PickleCheck(Check):
 
     def _zip(self, f: TreeFile, budget: int) -> Iterator[Finding]:
         try:
-            zf = zipfile.ZipFile(f.path)
-        except _ZIP_ERRORS as err:
-            yield finding("pickle.zip-malformed", Severity.CRITICAL, f"unreadable zip: {err}",
-                          f.rel)
+            archive = walk_zip(f.path)
+            problem = _zipfile_differs(f, archive)
+        except ZipAmbiguity as err:
+            yield finding("pickle.zip-malformed", Severity.CRITICAL,
+                          f"ambiguous or malformed zip: {err}", f.rel)
             return
-        with zf:
-            infos = zf.infolist()
-            names = [i.filename for i in infos]
-            problem = self._zip_structure(infos, names)
-            if problem:
-                yield finding("pickle.zip-malformed", Severity.CRITICAL, problem, f.rel)
-                return
-            pkl = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
-            if len(pkl) != 1:
+        if problem:
+            yield finding("pickle.zip-malformed", Severity.CRITICAL, problem, f.rel)
+            return
+        names = [e.name for e in archive.entries]
+        pkl = [e for e in archive.entries
+               if e.name.endswith("/data.pkl") and e.name.count("/") == 1]
+        if len(pkl) != 1:
+            yield finding("pickle.zip-member", Severity.HIGH,
+                          "zip is not a torch checkpoint (one <dir>/data.pkl)", f.rel)
+            return
+        prefix = pkl[0].name.rsplit("/", 1)[0] + "/"
+        stored: set[str] = set()
+        for n in names:
+            rel = n[len(prefix):] if n.startswith(prefix) else None
+            m = _ZIP_STORAGE.match(rel) if rel is not None else None
+            if m:
+                stored.add(m.group(1))
+            elif rel != "data.pkl" and not (rel is not None and _ZIP_META.match(rel)):
                 yield finding("pickle.zip-member", Severity.HIGH,
-                              "zip is not a torch checkpoint (one <dir>/data.pkl)", f.rel)
-                return
-            prefix = pkl[0].rsplit("/", 1)[0] + "/"
-            stored: set[str] = set()
-            for n in names:
-                rel = n[len(prefix):] if n.startswith(prefix) else None
-                m = _ZIP_STORAGE.match(rel) if rel is not None else None
-                if m:
-                    stored.add(m.group(1))
-                elif rel != "data.pkl" and not (rel is not None and _ZIP_META.match(rel)):
-                    yield finding("pickle.zip-member", Severity.HIGH,
-                                  f"unexpected member {n!r}", f.rel, member=n)
-            info = zf.getinfo(pkl[0])
-            if info.file_size > budget:
-                yield finding("pickle.budget", Severity.HIGH, "data.pkl over budget", f.rel)
-                return
-            try:
-                data = zf.read(info)
-            except _ZIP_ERRORS as err:
-                yield finding("pickle.zip-malformed", Severity.CRITICAL,
-                              f"data.pkl unreadable: {type(err).__name__}: {err}", f.rel)
-                return
-            walk = walk_pickle(io.BytesIO(data), TORCH_ALLOWED, max_bytes=budget)
+                              f"unexpected member {n!r}", f.rel, member=n)
+        if pkl[0].usize > budget:
+            yield finding("pickle.budget", Severity.HIGH,
+                          "data.pkl too large to analyse (over the pickle budget)", f.rel)
+            return
+        try:
+            data = read_member(f.path, pkl[0], budget)
+        except (ZipAmbiguity, OSError) as err:
+            yield finding("pickle.zip-malformed", Severity.CRITICAL,
+                          f"data.pkl unreadable: {err}", f.rel)
+            return
+        walk = walk_pickle(io.BytesIO(data), TORCH_ALLOWED, max_bytes=budget)
         yield from _walk_findings(f.rel, walk, " (in data.pkl)")
         yield from self._zip_storages(f.rel, walk, stored)
-
-    @staticmethod
-    def _zip_structure(infos: list[zipfile.ZipInfo], names: list[str]) -> str | None:
-        if not infos:
-            return "empty zip"
-        if min(i.header_offset for i in infos) != 0:
-            return "data before the first zip entry (prefixed zip)"
-        if len(set(names)) != len(names):
-            return "duplicate member names"
-        if any(i.flag_bits & 0x1 for i in infos):
-            return "encrypted member"
-        if any(n.startswith("/") or ".." in n.split("/") or "\\" in n for n in names):
-            return "member name with path traversal"
-        return None
 
     @staticmethod
     def _zip_storages(rel: str, walk: PickleWalk, stored: set[str]) -> Iterator[Finding]:
