@@ -129,6 +129,13 @@ class _BudgetExceeded(Exception):
     pass
 
 
+class _TooManyProblems(Exception):
+    pass
+
+
+_MAX_PROBLEMS = 32  # one stream is blocked by its first problem; the rest is evidence
+
+
 class _Bounded(io.RawIOBase):
     """A read-only view that refuses to read more than ``limit`` bytes (opcode budget)."""
 
@@ -167,6 +174,8 @@ class _State:
     pos: int = 0
 
     def problem(self, check_id: str, message: str) -> None:
+        if len(self.problems) >= _MAX_PROBLEMS:
+            raise _TooManyProblems
         self.problems.append(PickleProblem(check_id, message, self.pos))
 
     def pop(self) -> Item:
@@ -318,23 +327,31 @@ def walk_pickle(stream: IO[bytes], allowed: frozenset[str], *, max_bytes: int) -
                 break
             _step(st, op, arg)
             if len(st.stack) > _MAX_STACK or len(st.memo) > _MAX_MEMO or n_ops > _MAX_OPS:
-                st.problem("pickle.budget", "opcodes, stack or memo beyond the walker's limits")
+                st.problem("pickle.budget", "too large to analyse: opcodes, stack or memo beyond "
+                           "the walker's limits")
                 break
     except _BudgetExceeded:
-        st.problem("pickle.budget", f"pickle larger than the {max_bytes}-byte budget")
+        st.problems.append(PickleProblem(
+            "pickle.budget", f"pickle too large to analyse (over the {max_bytes}-byte budget)",
+            st.pos))
+    except _TooManyProblems:
+        st.problems.append(PickleProblem(
+            "pickle.malformed", f"more than {_MAX_PROBLEMS} problems; walk stopped", st.pos))
     except (ValueError, UnicodeError, EOFError, OverflowError, struct.error, IndexError) as err:
-        st.problem("pickle.malformed", f"broken pickle stream: {err}")
+        st.problems.append(PickleProblem("pickle.malformed", f"broken pickle stream: {err}",
+                                         st.pos))
     if not complete and not any(p.check_id in ("pickle.malformed", "pickle.budget")
                                 for p in st.problems):
-        st.problem("pickle.malformed", "stream ended before STOP")
+        st.problems.append(PickleProblem("pickle.malformed", "stream ended before STOP", st.pos))
     return PickleWalk(tuple(st.globals), tuple(st.problems), tuple(st.pids),
                       bounded.tell(), complete, root)
 
 
-# A text file fails to parse as pickle opcodes within a few bytes; this many valid opcodes in a
-# row is a pickle whatever the rest holds (counted in opcodes, not bytes, so one huge string
-# opcode cannot push the evidence past a byte window).
-_SNIFF_OPS = 10_000
+# Text fails to parse as pickle opcodes within a few bytes (text made only of opcode letters,
+# such as "aaaa", parses on but never reaches STOP); the whole stream is followed, not a byte
+# window, so one huge string opcode cannot push the evidence out of sight. A stream that parses
+# for this many opcodes without ending is treated as a pickle (and the walk reports its size).
+_SNIFF_OPS = 2_000_000
 _CALL_OPS = frozenset({"REDUCE", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "BUILD"})
 
 
@@ -343,7 +360,7 @@ def looks_like_pickle(data: bytes | IO[bytes], *, truncated: bool = False,
     """Whether a stream (or bytes) is a pickle, protocol 0/1 text pickles included.
 
     True when it parses to STOP, parses :data:`_SNIFF_OPS` opcodes without error, or parses a
-    GLOBAL/INST and at least one more opcode before breaking (a nullifAI-style broken pickle).
+    GLOBAL/INST and a call before breaking (a nullifAI-style broken pickle).
     ``truncated`` says bytes were cut from the end (a break there is no evidence against).
     """
     stream = io.BytesIO(data) if isinstance(data, bytes) else data

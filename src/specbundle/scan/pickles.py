@@ -128,7 +128,7 @@ class PickleCheck(Check):
         if not tree.allow_pickle:
             yield finding("pickle.not-allowed", Severity.HIGH,
                           "pickle-bearing file; the spec does not allow pickles", f.rel)
-        elif any(t.rel.endswith(".safetensors") for t in tree.files):
+        elif ".safetensors" in tree.suffixes:
             yield finding("pickle.redundant", Severity.HIGH,
                           "pickle next to safetensors weights; it must not be mirrored", f.rel)
         elif not found:

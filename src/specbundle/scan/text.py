@@ -36,5 +36,7 @@ def safe_text(s: str) -> str:
 
 def hidden_chars(s: str) -> list[str]:
     """The code points of ``s`` that hide or disguise text, as ``U+XXXX NAME`` labels."""
+    if s.isascii() and s.isprintable():
+        return []  # the common case, without a per-character lookup
     return [f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}" for c in s
             if unicodedata.category(c) in HIDDEN_CATEGORIES]
