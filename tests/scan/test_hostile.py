@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specbundle.scan import ScanOptions, ScanReport, Severity, scan_tree, to_sarif
-from specbundle.scan import gguf_reader
+from specbundle.scan import ScanOptions, ScanReport, Severity, gguf_reader, scan_tree, to_sarif
 from tests.scan import corpus, zipcraft
 from tests.scan.conftest import FAST, ids
 
