@@ -89,7 +89,11 @@ def _name(t: tuple[GGUFValueType, GGUFValueType | None]) -> str:
 
 
 def _keys(h: GGUFHeader) -> Iterator[tuple[str, Severity, str]]:
-    """Typed keys with another type, and vocabulary arrays of another length."""
+    """Typed keys with another type, vocabulary arrays of another length, names not UTF-8."""
+    for name in h.not_utf8:
+        # gguf-py refuses such a key or tensor name, llama.cpp reads it: two readings
+        yield ("gguf.encoding", Severity.HIGH, f"name {name!r} is not valid UTF-8 "
+               "(gguf-py refuses it, llama.cpp reads it)")
     arch = h.kv.get("general.architecture")
     arch = arch if isinstance(arch, str) else None
     for key, got in h.types.items():
@@ -173,6 +177,7 @@ class GGUFCheck(Check):
         "gguf.tensor-name": "Tensor name llama.cpp refuses (64 bytes or more)",
         "gguf.tensor-order": "Tensor data not where llama.cpp computes it (padded, in order)",
         "gguf.too-large": "Metadata too large to analyse",
+        "gguf.encoding": "A key or tensor name that is not valid UTF-8",
         "gguf.missing-file": "The spec's gguf_file is not in the artifact",
     }
 

@@ -115,6 +115,7 @@ class GGUFHeader:
     file_size: int
     types: dict[str, tuple[GGUFValueType, GGUFValueType | None]]
     header_end: int = 0
+    not_utf8: tuple[str, ...] = ()  # key and tensor names that are not valid UTF-8
 
 
 class _Reader:
@@ -240,6 +241,7 @@ def _parse(buf: mmap.mmap | bytes, size: int) -> GGUFHeader:
         types[key] = (vtype, etype)
     infos = [_tensor_info(r) for _ in range(n_tensors)]
     header_end = r.pos
+    not_utf8 = tuple(n for n in [*kv, *(t.name for t in infos)] if not _is_utf8(n))
     alignment = kv.get("general.alignment", 32)
     if types.get("general.alignment", (GGUFValueType.UINT32, None))[0] \
             is not GGUFValueType.UINT32:
@@ -250,7 +252,12 @@ def _parse(buf: mmap.mmap | bytes, size: int) -> GGUFHeader:
                               "power of two >= 8")
     data_start = -(-header_end // alignment) * alignment
     return GGUFHeader(version, kv, tuple(infos), alignment, data_start, size, types,
-                      header_end)
+                      header_end, not_utf8)
+
+
+def _is_utf8(name: str) -> bool:
+    """Whether a name decoded with ``surrogateescape`` was valid UTF-8 on disk."""
+    return not any("\udc80" <= c <= "\udcff" for c in name)
 
 
 def read_gguf(path: Path) -> GGUFHeader:

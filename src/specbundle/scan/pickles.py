@@ -32,7 +32,13 @@ from specbundle.scan.pickle_walker import (
     walk_pickle,
 )
 from specbundle.scan.sniff import FileKind
-from specbundle.scan.zipwalk import ZipAmbiguity, ZipArchive, read_member, walk_zip
+from specbundle.scan.zipwalk import (
+    ZipAmbiguity,
+    ZipArchive,
+    read_member,
+    verify_crcs,
+    walk_zip,
+)
 
 __all__ = ["PickleCheck"]
 
@@ -185,6 +191,7 @@ class PickleCheck(Check):
     def _zip(self, f: TreeFile, budget: int) -> Iterator[Finding]:
         try:
             archive = walk_zip(f.path)
+            verify_crcs(f.path, archive)
             problem = _zipfile_differs(f, archive)
         except ZipAmbiguity as err:
             yield finding("pickle.zip-malformed", Severity.CRITICAL,
