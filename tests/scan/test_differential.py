@@ -30,7 +30,7 @@ ROUNDS = 150
 def _miniz_view(data: bytes) -> dict[str, bytes]:
     """Members as a reader that trusts the last end record and the offsets it finds."""
     eocd = data.rfind(b"PK\x05\x06")
-    n, cd_size, cd_off = struct.unpack_from("<HII", data, eocd + 10)
+    n, _cd_size, cd_off = struct.unpack_from("<HII", data, eocd + 10)
     if cd_off == 0xFFFFFFFF and data[eocd - 20:eocd - 16] == b"PK\x06\x07":
         (rec,) = struct.unpack_from("<Q", data, eocd - 12)
         n, _cd_size, cd_off = struct.unpack_from("<QQQ", data, rec + 32)
