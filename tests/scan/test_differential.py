@@ -131,3 +131,35 @@ def test_mutations_never_crash_nor_pass_a_differential(tmp_path: Path, name: str
         _ORACLES[name](d / name, rep)
         accepted += not rep.blocked
     assert accepted >= 1  # the unmutated seed passes: the oracle really ran
+
+
+def test_fast_opcode_decoder_agrees_with_genops() -> None:
+    """The walker's decoder yields genops' exact stream, and breaks where genops breaks."""
+    import io
+    import pickle
+    import pickletools
+
+    from specbundle.scan.pickle_ops import fast_ops
+
+    rng = random.Random(11)
+    objs: list[object] = [{"a": [1, 2.5, "x", b"y", None, True, (1, 2)], "b": {1, 2}},
+                          list(range(300)), "s" * 300, 10 ** 40, bytearray(b"q"),
+                          frozenset({1}), {"k": [{"n": i} for i in range(20)]}]
+    seeds = [pickle.dumps(o, protocol=p) for p in range(6) for o in objs]
+    seeds += [corpus._state_dict(), corpus.text_pickle(), corpus.importlib_chain()]
+    for seed in seeds:
+        for i in range(25):
+            data = seed if i == 0 else _mutate(rng, seed)
+
+            def run(decoder: object, data: bytes = data) -> tuple[list[object], bool]:
+                out: list[object] = []
+                try:
+                    for op, arg, pos in decoder(io.BytesIO(data)):  # type: ignore[operator]
+                        out.append((op.name, arg, pos))
+                except (ValueError, UnicodeError, EOFError, OverflowError, struct.error):
+                    return out, False
+                return out, True
+
+            ours = run(lambda f: fast_ops(f, 1 << 20))
+            theirs = run(pickletools.genops)
+            assert ours == theirs, data

@@ -16,6 +16,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import IO
 
+from specbundle.scan.pickle_ops import BudgetExceeded, fast_ops
+
 __all__ = [
     "NUMPY_ALLOWED",
     "STORAGE_TYPES",
@@ -69,6 +71,13 @@ _STRING_OPS = frozenset({"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "B
 _INT_OPS = frozenset({"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4"})
 _PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 _GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
+# Opcodes whose whole effect is one push (of their int/str argument, or of an opaque value),
+# or a pop to the mark: handled inline by walk_pickle.
+_PUSH_ARG = frozenset({"BININT1", "BININT2", "BININT", "SHORT_BINUNICODE", "BINUNICODE",
+                       "BINUNICODE8"})
+_PUSH_OPAQUE = frozenset({"NONE", "NEWTRUE", "NEWFALSE", "EMPTY_LIST", "EMPTY_DICT",
+                          "EMPTY_SET", "BINFLOAT"})
+_MARK_POP = frozenset({"APPENDS", "SETITEMS", "ADDITEMS", "LIST", "DICT"})
 _FORBIDDEN_OPS = frozenset({"EXT1", "EXT2", "EXT4", "NEXT_BUFFER", "READONLY_BUFFER"})
 # Every opcode of protocols 0-5 as of CPython 3.11; a newer one is "unknown" and blocked.
 _KNOWN_OPS = frozenset(op.name for op in pickletools.opcodes)
@@ -125,42 +134,11 @@ class PickleWalk:
         return bool(self.problems)
 
 
-class _BudgetExceeded(Exception):
-    pass
-
-
 class _TooManyProblems(Exception):
     pass
 
 
 _MAX_PROBLEMS = 32  # one stream is blocked by its first problem; the rest is evidence
-
-
-class _Bounded(io.RawIOBase):
-    """A read-only view that refuses to read more than ``limit`` bytes (opcode budget)."""
-
-    def __init__(self, inner: IO[bytes], limit: int) -> None:
-        self._inner, self._left, self._start = inner, limit, inner.tell()
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, n: int = -1) -> bytes:
-        if n < 0 or n > self._left:
-            raise _BudgetExceeded
-        data = self._inner.read(n)
-        self._left -= len(data)
-        return data
-
-    def readline(self, size: int | None = -1) -> bytes:
-        data = self._inner.readline(self._left + 1)
-        if len(data) > self._left:
-            raise _BudgetExceeded
-        self._left -= len(data)
-        return data
-
-    def tell(self) -> int:
-        return self._inner.tell() - self._start
 
 
 @dataclass
@@ -314,23 +292,40 @@ def walk_pickle(stream: IO[bytes], allowed: frozenset[str], *, max_bytes: int) -
         relative to the start position.
     """
     st = _State(allowed)
-    bounded = _Bounded(stream, max_bytes)
+    origin = stream.tell()
     complete = False
     root: object = None
     try:
-        for n_ops, (op, arg, pos) in enumerate(pickletools.genops(bounded)):  # type: ignore[arg-type]
-            st.pos = int(pos or 0)
-            if op.name == "STOP":
+        stack, memo = st.stack, st.memo
+        for n_ops, (op, arg, pos) in enumerate(fast_ops(stream, max_bytes)):
+            st.pos = pos
+            name = op.name
+            # hot opcodes of checkpoints first (same effect as _step, without its dispatch)
+            if name in _PUSH_ARG:
+                stack.append(arg if type(arg) is int or type(arg) is str else _OPAQUE)
+            elif name in _PUSH_OPAQUE:
+                stack.append(_OPAQUE)
+            elif name == "MARK":
+                stack.append(_MARK)
+            elif name == "MEMOIZE":
+                memo[len(memo)] = stack[-1] if stack else _OPAQUE
+            elif name in _MARK_POP:
+                st.pop_mark()
+                if name == "LIST" or name == "DICT":
+                    stack.append(_OPAQUE)
+            elif name == "STOP":
                 top = st.pop()
                 root = top if isinstance(top, (int, str)) else None
                 complete = True
                 break
-            _step(st, op, arg)
-            if len(st.stack) > _MAX_STACK or len(st.memo) > _MAX_MEMO or n_ops > _MAX_OPS:
+            else:
+                _step(st, op, arg)
+            if not n_ops & 0xFF and (len(stack) > _MAX_STACK or len(memo) > _MAX_MEMO
+                                      or n_ops > _MAX_OPS):
                 st.problem("pickle.budget", "too large to analyse: opcodes, stack or memo beyond "
                            "the walker's limits")
                 break
-    except _BudgetExceeded:
+    except BudgetExceeded:
         st.problems.append(PickleProblem(
             "pickle.budget", f"pickle too large to analyse (over the {max_bytes}-byte budget)",
             st.pos))
@@ -343,8 +338,10 @@ def walk_pickle(stream: IO[bytes], allowed: frozenset[str], *, max_bytes: int) -
     if not complete and not any(p.check_id in ("pickle.malformed", "pickle.budget")
                                 for p in st.problems):
         st.problems.append(PickleProblem("pickle.malformed", "stream ended before STOP", st.pos))
-    return PickleWalk(tuple(st.globals), tuple(st.problems), tuple(st.pids),
-                      bounded.tell(), complete, root)
+    end = st.pos + 1 if complete else st.pos
+    stream.seek(origin + end)  # the decoder reads ahead; callers continue after the STOP
+    return PickleWalk(tuple(st.globals), tuple(st.problems), tuple(st.pids), end, complete,
+                      root)
 
 
 # Text fails to parse as pickle opcodes within a few bytes (text made only of opcode letters,
@@ -366,7 +363,7 @@ def looks_like_pickle(data: bytes | IO[bytes], *, truncated: bool = False,
     stream = io.BytesIO(data) if isinstance(data, bytes) else data
     ops, saw_global, saw_call = 0, False, False
     try:
-        for op, _arg, _pos in pickletools.genops(_Bounded(stream, max_bytes)):  # type: ignore[arg-type]
+        for op, _arg, _pos in fast_ops(stream, max_bytes):
             ops += 1
             if op.name == "STOP":
                 return ops >= 2
@@ -374,7 +371,7 @@ def looks_like_pickle(data: bytes | IO[bytes], *, truncated: bool = False,
             saw_global = saw_global or op.name in ("GLOBAL", "INST")
             if ops >= _SNIFF_OPS:
                 return True
-    except _BudgetExceeded:
+    except BudgetExceeded:
         return ops >= 2
     except (ValueError, UnicodeError, EOFError, OverflowError, struct.error, IndexError):
         # broken after a global and a call: the call already ran when a loader gets here
