@@ -135,3 +135,21 @@ def test_runtime_only_gadget_is_caught_by_the_trial_render() -> None:
 def test_trial_render_budget(tpl: str) -> None:
     problems = analyse_template(tpl)
     assert any(c == "template.resource" for c, _s, _m in problems), problems
+
+
+@pytest.mark.parametrize("tpl", [
+    '{% set ns = namespace(x="ab") %}{% for i in range(60) %}{% set ns.x = ns.x ~ ns.x %}'
+    "{% endfor %}",
+    '{% set ns = namespace(x="ab") %}{% for i in range(60) %}{% set ns.x = ns.x + ns.x %}'
+    "{% endfor %}",
+    '{% set ns = namespace(x="ab") %}{% for i in range(40) %}'
+    '{% set ns.x = ns.x|replace("", "zz") %}{% endfor %}',
+    '{% set ns = namespace(x="ab") %}{% for i in range(40) %}'
+    '{% set ns.x = ns.x.replace("a", "aaaa") %}{% endfor %}',
+    '{{ "a\\nb"|indent(1000000000) }}',
+    '{% macro f(s, n) %}{% if n %}{{ f(s ~ s, n - 1) }}{% endif %}{% endmacro %}{{ f("ab", 60) }}',
+])
+def test_trial_render_memory_budget(tpl: str) -> None:
+    """Values that double in a loop or a recursion are stopped before they exhaust memory."""
+    problems = analyse_template(tpl)
+    assert any(c == "template.resource" for c, _s, _m in problems), problems

@@ -31,6 +31,9 @@ _MAX_DIMS = 4
 # Real vocabularies stay below 10^6 tokens; beyond this an array is too large to analyse
 # (a HIGH finding), which bounds the per-element loop whatever the file says.
 MAX_ARRAY_ELEMENTS = 1 << 22
+# Real metadata (vocabulary included) stays below 100 MB; past this the header is too large
+# to analyse, so hostile metadata costs at most this many bytes of parsing.
+MAX_METADATA_BYTES = 1 << 30
 _SCALARS: dict[GGUFValueType, tuple[str, int]] = {
     GGUFValueType.UINT8: ("<B", 1), GGUFValueType.INT8: ("<b", 1),
     GGUFValueType.UINT16: ("<H", 2), GGUFValueType.INT16: ("<h", 2),
@@ -239,6 +242,9 @@ def _parse(buf: mmap.mmap | bytes, size: int) -> GGUFHeader:
         vtype = r.vtype()
         kv[key], etype = r.value(vtype, key)
         types[key] = (vtype, etype)
+        if r.pos > MAX_METADATA_BYTES:
+            raise GGUFFormatError("gguf.too-large", f"metadata beyond {MAX_METADATA_BYTES} bytes "
+                                  "is too large to analyse", too_large=True)
     infos = [_tensor_info(r) for _ in range(n_tensors)]
     header_end = r.pos
     not_utf8 = tuple(n for n in [*kv, *(t.name for t in infos)] if not _is_utf8(n))

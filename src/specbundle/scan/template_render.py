@@ -78,10 +78,50 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
         self.filters["from_json"] = json.loads
         for name in ("format", "attr", "xmlattr"):
             self.filters[name] = _denied(f"|{name}")
+        for name in ("replace", "indent", "join", "center", "wordwrap", "truncate"):
+            if name in self.filters:
+                self.filters[name] = self._bounded(self.filters[name], name)
         self.globals["raise_exception"] = _raise
         self.globals["strftime_now"] = lambda fmt: time.strftime(str(fmt), time.gmtime(0))
         for name in ("lipsum", "cycler", "joiner", "dict"):
             self.globals.pop(name, None)
+
+    def _bounded(self, fn: Any, name: str) -> Any:
+        """A filter whose output can grow past its input, checked before and after it runs."""
+        def run(*args: Any, **kwargs: Any) -> Any:
+            self.tick()
+            self.precheck(name, args, kwargs)
+            out = fn(*args, **kwargs)
+            self.size_check(out)
+            return out
+        for attr in ("jinja_pass_arg",):  # keep @pass_environment/@pass_eval_context markers
+            if hasattr(fn, attr):
+                setattr(run, attr, getattr(fn, attr))
+        return run
+
+    def precheck(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Refuse a call whose result would exceed the output budget, before it is built."""
+        vals = [a for a in args if not hasattr(a, "environment")]  # skip eval contexts
+        if name == "replace" and len(vals) >= 3 and all(isinstance(v, str) for v in vals[:3]):
+            s, old, new = vals[:3]
+            hits = (len(s) + 1) if old == "" else s.count(old)
+            if len(s) + hits * max(0, len(new) - len(old)) > self.max_output:
+                raise _Budget("replace beyond the output budget")
+        width = kwargs.get("width", vals[1] if len(vals) > 1 else 0)
+        if name in ("indent", "center", "wordwrap", "truncate") and (
+                (isinstance(width, int) and width > 10_000)
+                or (isinstance(width, str) and len(width) > 10_000)):
+            raise _Budget(f"{name} width beyond the budget")
+        if name == "join" and vals:
+            seq = vals[0]
+            if isinstance(seq, (list, tuple)) and sum(
+                    len(x) for x in seq if isinstance(x, str)) > self.max_output:
+                raise _Budget("join beyond the output budget")
+
+    def size_check(self, value: Any) -> None:
+        """Fail once an intermediate string or list outgrows the output budget."""
+        if isinstance(value, (str, list, tuple, dict)) and len(value) > self.max_output:
+            raise _Budget("a value grew beyond the output budget")
 
     def tick(self) -> None:
         """Fail the render once its deadline has passed."""
@@ -90,6 +130,7 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
         self.tick()
+        self.size_check(value)  # a namespace attribute doubled in a loop is read back here
         if attr.startswith("_") or attr in _FORMAT_METHODS:
             self.violation = f"access to {attr!r} of a {type(obj).__name__} object"
             return False
@@ -113,7 +154,14 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
         if getattr(__obj, "__name__", None) in _FORMAT_METHODS and isinstance(
                 getattr(__obj, "__self__", None), str):
             raise SecurityError("str.format is not allowed in chat templates")
-        return super().call(__context, __obj, *args, **kwargs)
+        if getattr(__obj, "__name__", None) == "replace" and isinstance(
+                getattr(__obj, "__self__", None), str):
+            __self.precheck("replace", (__obj.__self__, *args), kwargs)
+        for a in (*args, *kwargs.values()):  # a macro recursing on a doubled argument
+            __self.size_check(a)
+        out = super().call(__context, __obj, *args, **kwargs)
+        __self.size_check(out)
+        return out
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         self.tick()
@@ -126,6 +174,9 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
                     raise _Budget("repetition beyond the output budget")
             if operator == "**" and isinstance(right, int) and right > 256:
                 raise _Budget("exponent beyond the budget")
+        if operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(
+                right, (str, list, tuple)) and len(left) + len(right) > self.max_output:
+            raise _Budget("concatenation beyond the output budget")
         return super().call_binop(context, operator, left, right)
 
 
