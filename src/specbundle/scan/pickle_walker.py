@@ -85,7 +85,7 @@ _KNOWN_OPS = frozenset(op.name for op in pickletools.opcodes)
 # number of tensors), low enough that a hostile stream cannot exhaust the scanner's memory.
 _MAX_STACK = 1_000_000
 _MAX_MEMO = 4_000_000
-_MAX_OPS = 5_000_000
+_MAX_OPS = 2_000_000  # ~65 000 tensors of torch data.pkl; beyond: too large to analyse
 
 
 class _Opaque:
