@@ -269,3 +269,13 @@ def test_pickle_over_the_budget(scan_one: Scan) -> None:
     rep = scan_one("data.pkl", b"\x80\x02]q\x00(" + b"K\x01" * 100 + b"e.", allow_pickle=True,
                    options=opts)
     assert "pickle.budget" in ids(rep, Severity.HIGH)
+
+
+def test_numpy_array_must_fill_its_file(scan_one: Scan, tmp_path: Path) -> None:
+    import numpy as np
+
+    np.save(tmp_path / "a.npy", np.arange(6, dtype=np.int32))
+    whole = (tmp_path / "a.npy").read_bytes()
+    assert _clean(scan_one("ids.npy", whole))
+    rep = scan_one("ids.npy", whole + ELF)
+    assert "pickle.npy-size" in ids(rep, Severity.HIGH) and rep.blocked

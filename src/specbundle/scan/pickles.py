@@ -103,6 +103,7 @@ class PickleCheck(Check):
         "pickle.zip-member": "Zip member that is not part of a torch state dict",
         "pickle.zip-storage": "Storage referenced but missing, or stored but unreferenced",
         "pickle.npy-object": "numpy array with object dtype (needs unpickling to load)",
+        "pickle.npy-size": "numpy array whose data does not fill the file exactly",
         "pickle.not-allowed": "Pickle file while the spec does not allow pickles",
         "pickle.redundant": "Pickle weights next to safetensors (must not be mirrored)",
         "pickle.allowed": "Pickle passed the allow-list and the spec allows it (recorded)",
@@ -126,7 +127,8 @@ class PickleCheck(Check):
             found = list(self._zip(f, budget))
         elif kind is FileKind.NUMPY:
             found = list(self._npy(f, budget))
-            if not found:
+            if not found or all(x.check_id == "pickle.npy-size" for x in found):
+                yield from found  # a plain array: no pickle inside, but it must be whole
                 return
         else:
             return
@@ -253,11 +255,17 @@ class PickleCheck(Check):
                 version = npformat.read_magic(fh)
                 reader = (npformat.read_array_header_1_0 if version == (1, 0)
                           else npformat.read_array_header_2_0)
-                _shape, _order, dtype = reader(fh)
+                shape, _order, dtype = reader(fh)
             except _NPY_ERRORS as err:
                 yield finding("pickle.malformed", Severity.HIGH, f"bad .npy header: {err}", f.rel)
                 return
             if not np.dtype(dtype).hasobject:
+                # coverage: the array's bytes fill the file exactly (nothing rides behind it)
+                want = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+                if f.size - fh.tell() != want:
+                    yield finding("pickle.npy-size", Severity.HIGH,
+                                  f"array data is {f.size - fh.tell()} bytes, its header says "
+                                  f"{want}", f.rel)
                 return
             yield finding("pickle.npy-object", Severity.HIGH,
                           "object-dtype array: loading it unpickles its contents", f.rel)
