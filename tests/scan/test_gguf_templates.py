@@ -35,7 +35,7 @@ def test_valid_gguf_is_clean(tmp_path: Path) -> None:
 def test_gguf_with_ssti_chat_template(tmp_path: Path) -> None:
     corpus.gguf_model(tmp_path / "model.gguf", template=SSTI)
     rep = scan_tree(tmp_path, options=FAST)
-    assert {"template.gadget", "template.dunder-access", "template.dangerous-name"} <= ids(rep)
+    assert {"template.gadget", "template.dunder-access"} <= ids(rep)
     assert rep.blocked
     assert all(f.file == "model.gguf#tokenizer.chat_template" for f in rep.findings)
 
@@ -124,6 +124,8 @@ def test_tokenizer_config_templates(tmp_path: Path) -> None:
     "{{ x.__globals__ }}",
     "{{ '{0.__class__}'.format(x) }}",
     "{{ fmt.format(x) }}",
+    "{{ '[{}]'.format(m) }}",  # string formatting is denied outright, literal or not
+    "{{ '%s'|format(x) }}",
     "{{ x|attr('__class__') }}",
     "{% include 'evil' %}",
     "{{ range(10000000)|list }}",
@@ -139,7 +141,6 @@ def test_template_escape_shapes_are_flagged(tpl: str) -> None:
     "{%- if m['role'] == 'system' %}{%- set ns.system = m['content'] | trim %}{%- endif %}"
     "{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + m['content'] }}"
     "{%- endfor %}{%- if add_generation_prompt %}{{ '<|assistant|>' }}{%- endif %}",
-    "{{ '[{}]'.format(m) }}{{ '%s'|format(x) }}",
     "{% for m in messages %}{% generation %}{{ m.content | tojson }}{% endgeneration %}"
     "{% if loop.last %}{% break %}{% endif %}{% endfor %}{{ raise_exception('no') if false }}",
 ])

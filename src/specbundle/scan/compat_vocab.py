@@ -9,7 +9,7 @@ token is named. For GGUF pairs the rule is llama.cpp's own (``common/speculative
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeGuard
 
 import numpy as np
@@ -17,7 +17,7 @@ import numpy as np
 from specbundle._fsutil import canonical_json
 from specbundle.digest import hash_file, sha256_bytes
 from specbundle.scan.findings import Finding, Severity, finding
-from specbundle.scan.gguf_header import GGUFHeader
+from specbundle.scan.gguf_header import GGUFHeader, StringArray
 from specbundle.scan.inventory import ArtifactTree
 from specbundle.scan.jsonfile import load_json
 
@@ -98,8 +98,9 @@ def _plain(v: object) -> object:
     return v.tolist() if isinstance(v, np.ndarray) else v
 
 
-def _strings(v: object) -> TypeGuard[list[str]]:
-    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+def _strings(v: object) -> TypeGuard[Sequence[str]]:
+    return isinstance(v, StringArray) or (
+        isinstance(v, list) and all(isinstance(x, str) for x in v))
 
 
 def compare_gguf_vocab(target: GGUFHeader, draft: GGUFHeader, file: str) -> Iterator[Finding]:
@@ -120,6 +121,8 @@ def compare_gguf_vocab(target: GGUFHeader, draft: GGUFHeader, file: str) -> Iter
         yield finding("compat.gguf-vocab", Severity.HIGH,
                       f"vocab sizes differ by more than {SPEC_VOCAB_MAX_SIZE_DIFFERENCE}", file,
                       target=len(tt), draft=len(td))
+    if isinstance(tt, StringArray) and isinstance(td, StringArray) and tt == td:
+        return  # byte-identical arrays: nothing to compare token by token
     for i in range(SPEC_VOCAB_CHECK_START_TOKEN_ID, min(len(tt), len(td))):
         if tt[i] != td[i]:
             yield finding("compat.gguf-vocab", Severity.HIGH,

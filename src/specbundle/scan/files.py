@@ -19,6 +19,7 @@ from specbundle.scan.findings import CheckOutcome, Finding, Severity, finding
 from specbundle.scan.interface import Check, CheckContext
 from specbundle.scan.inventory import ArtifactTree
 from specbundle.scan.sniff import ARCHIVE_KINDS, EXECUTABLE_KINDS, FileKind, expected_kinds
+from specbundle.scan.text import hidden_chars
 
 __all__ = ["FilesCheck", "name_problem"]
 
@@ -35,8 +36,11 @@ def name_problem(path: str) -> str | None:
         return "backslash in name (Windows path syntax)"
     if path.startswith(("/", "//")) or _DRIVE.match(path):
         return "absolute, drive or UNC path"
-    if any(ord(c) < 32 or ord(c) == 127 for c in path):
-        return "control character in name"
+    hidden = hidden_chars(path)
+    if hidden:
+        # bidi overrides, zero-width and C0/C1 controls make a UI show another name or
+        # extension than the one the engines open (and non-UTF-8 bytes arrive as surrogates)
+        return "hidden or control character in name: " + ", ".join(hidden[:4])
     parts = path.split("/")
     if any(p in ("", ".", "..") for p in parts):
         return "empty, '.' or '..' path component"
@@ -59,7 +63,7 @@ class FilesCheck(Check):
 
     family = "files"
     rules: ClassVar[dict[str, str]] = {
-        "files.unsafe-name": "Path traversal, absolute/UNC/backslash or control characters",
+        "files.unsafe-name": "Traversal, absolute/UNC/backslash, control, bidi or zero-width names",
         "files.name-collision": "Names that collide case-insensitively or after normalisation",
         "files.symlink-escape": "Symlink resolving outside the artifact tree",
         "files.hard-link": "Hard link shared with a file outside the tree",

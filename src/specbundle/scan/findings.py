@@ -16,6 +16,7 @@ from typing import Any
 from specbundle._fsutil import canonical_json
 from specbundle.digest import sha256_bytes
 from specbundle.errors import MirrorError
+from specbundle.scan.text import safe_text
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -59,6 +60,14 @@ _RANK = {s: i for i, s in enumerate(Severity)}
 Evidence = tuple[tuple[str, str], ...]
 
 
+def _escape_fields(obj: object, *names: str) -> None:
+    """Escape the named string fields of a frozen dataclass in place (see :mod:`.text`)."""
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, str):
+            object.__setattr__(obj, name, safe_text(value))
+
+
 @dataclass(frozen=True)
 class Finding:
     """One problem (or one recorded fact) in one file, with the evidence that shows it."""
@@ -69,6 +78,12 @@ class Finding:
     file: str | None = None
     role: str | None = None
     evidence: Evidence = ()
+
+    def __post_init__(self) -> None:
+        # Every string may come from a hostile file: escape it once, here, for every writer.
+        _escape_fields(self, "message", "file", "role")
+        object.__setattr__(self, "evidence", tuple(
+            (safe_text(str(k)), safe_text(str(v))) for k, v in self.evidence))
 
     def with_role(self, role: str) -> Finding:
         """The same finding attributed to an artifact role."""
@@ -108,6 +123,9 @@ class TemplateDigest:
     name: str
     sha256: str
 
+    def __post_init__(self) -> None:
+        _escape_fields(self, "file", "name")
+
     def to_json(self) -> dict[str, str]:
         """JSON form."""
         return {"role": self.role, "file": self.file, "name": self.name, "sha256": self.sha256}
@@ -123,6 +141,9 @@ class SecondOpinion:
     version: str | None = None
     files: int = 0
 
+    def __post_init__(self) -> None:
+        _escape_fields(self, "detail", "version")
+
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
         return {"tool": self.tool, "status": self.status, "detail": self.detail,
@@ -137,6 +158,9 @@ class ScannedFile:
     path: str
     kind: str
     size: int
+
+    def __post_init__(self) -> None:
+        _escape_fields(self, "path")
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
@@ -172,6 +196,9 @@ class ScanReport:
     scanned_at: str = ""
     tool_version: str = ""
     artifacts: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        _escape_fields(self, "subject")
 
     def blocked_at(self, threshold: Severity) -> bool:
         """Whether any finding reaches ``threshold``, or a check crashed."""

@@ -1,180 +1,130 @@
-"""Bounded, header-only GGUF validation: metadata and tensor infos, never tensor data.
+"""GGUF files: header bounds, the types llama.cpp asserts, tensor layout and coverage.
 
-The parser is hand-written on the ``gguf`` package's type tables (value types, ggml types and
-block sizes) because ``gguf.GGUFReader`` memory-maps the whole file and silently truncates a
-lying string or array length instead of rejecting it; here every count and length is bounded
-by the bytes left in the file before anything is allocated (cf. llama.cpp CVE-2025-53630).
+Parsing lives in :mod:`specbundle.scan.gguf_reader`. On top of it, a file is accepted only if
+llama.cpp reads it as gguf-py does: keys llama.cpp fetches with a fixed type (``gguf_get_val_u32``
+and friends assert it, ``gguf_get_arr_data`` reads scores and token types as raw float/int
+arrays of the vocabulary's length) must have that type; tensor data must sit exactly where
+llama.cpp computes it (each offset the padded sum of the previous tensors, in info order); and
+every byte of the file is covered: after the last tensor (or after the header when there are
+no tensors) only zero padding below the alignment may follow.
 """
 
 from __future__ import annotations
 
-import struct
+import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import ClassVar
 
-import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+from gguf import GGUFValueType
 
 from specbundle.scan.findings import CheckOutcome, Finding, Severity, finding
+from specbundle.scan.gguf_reader import (
+    GGUFFormatError,
+    GGUFHeader,
+    GGUFTensor,
+    StringArray,
+    read_gguf,
+)
 from specbundle.scan.interface import Check, CheckContext
 from specbundle.scan.sniff import FileKind
 
-__all__ = ["GGUFCheck", "GGUFFormatError", "GGUFHeader", "GGUFTensor", "load_gguf", "read_gguf"]
+__all__ = ["GGUFCheck", "GGUFFormatError", "GGUFHeader", "GGUFTensor", "StringArray",
+           "load_gguf", "read_gguf"]
 
-_MAX_KV = 1 << 16
-_MAX_TENSORS = 1 << 20
-_MAX_KEY = 1 << 16
-_MAX_DIMS = 4
-_MAX_DEPTH = 3
-_SCALARS: dict[GGUFValueType, tuple[str, int]] = {
-    GGUFValueType.UINT8: ("<B", 1), GGUFValueType.INT8: ("<b", 1),
-    GGUFValueType.UINT16: ("<H", 2), GGUFValueType.INT16: ("<h", 2),
-    GGUFValueType.UINT32: ("<I", 4), GGUFValueType.INT32: ("<i", 4),
-    GGUFValueType.FLOAT32: ("<f", 4), GGUFValueType.BOOL: ("<?", 1),
-    GGUFValueType.UINT64: ("<Q", 8), GGUFValueType.INT64: ("<q", 8),
-    GGUFValueType.FLOAT64: ("<d", 8),
+_V = GGUFValueType
+_GGML_MAX_NAME = 64  # llama.cpp refuses tensor names of 64 bytes or more
+# Keys llama.cpp reads with one type (llama-vocab.cpp, llama-model-loader.cpp, gguf.cpp):
+# (value type, element type of an array). Wrong types abort (GGML_ASSERT) or misread.
+_TYPED: dict[str, tuple[GGUFValueType, GGUFValueType | None]] = {
+    "general.architecture": (_V.STRING, None),
+    "general.file_type": (_V.UINT32, None),
+    "general.quantization_version": (_V.UINT32, None),
+    "general.name": (_V.STRING, None),
+    "split.no": (_V.UINT16, None), "split.count": (_V.UINT16, None),
+    "split.tensors.count": (_V.INT32, None),
+    "tokenizer.ggml.model": (_V.STRING, None), "tokenizer.ggml.pre": (_V.STRING, None),
+    "tokenizer.ggml.tokens": (_V.ARRAY, _V.STRING),
+    "tokenizer.ggml.merges": (_V.ARRAY, _V.STRING),
+    "tokenizer.ggml.scores": (_V.ARRAY, _V.FLOAT32),
+    "tokenizer.ggml.token_type": (_V.ARRAY, _V.INT32),
+    "tokenizer.ggml.add_bos_token": (_V.BOOL, None),
+    "tokenizer.ggml.add_eos_token": (_V.BOOL, None),
+    "tokenizer.ggml.add_space_prefix": (_V.BOOL, None),
+    "tokenizer.ggml.remove_extra_whitespaces": (_V.BOOL, None),
+    "tokenizer.chat_template": (_V.STRING, None),
 }
+_TOKEN_ID = re.compile(r"^tokenizer\.ggml\.\w+_token_id$")
+_CHARSMAP = "tokenizer.ggml.precompiled_charsmap"
+# Per-architecture hyperparameters llama-model-loader reads as u32 (or a u32 array per layer)
+# and f32; another type makes the engine refuse the file that another reader accepts.
+_ARCH_U32 = ("context_length", "embedding_length", "block_count", "feed_forward_length",
+             "attention.head_count", "attention.head_count_kv", "rope.dimension_count",
+             "expert_count", "expert_used_count", "vocab_size", "nextn_predict_layers")
+_ARCH_F32 = ("rope.freq_base", "attention.layer_norm_rms_epsilon",
+             "attention.layer_norm_epsilon")
 
 
-class GGUFFormatError(Exception):
-    """A structural violation that stops parsing (carries the finding's check id)."""
-
-    def __init__(self, check_id: str, message: str) -> None:
-        super().__init__(message)
-        self.check_id = check_id
-
-
-@dataclass(frozen=True)
-class GGUFTensor:
-    """One tensor info."""
-
-    name: str
-    shape: tuple[int, ...]
-    ggml_type: int
-    offset: int
-    nbytes: int
-
-
-@dataclass(frozen=True)
-class GGUFHeader:
-    """Everything before the tensor data."""
-
-    version: int
-    kv: dict[str, Any]
-    tensors: tuple[GGUFTensor, ...]
-    alignment: int
-    data_start: int
-    file_size: int
+def _want(key: str, arch: str | None) -> tuple[tuple[GGUFValueType, GGUFValueType | None],
+                                               ...] | None:
+    if key in _TYPED:
+        return (_TYPED[key],)
+    if key.startswith("tokenizer.chat_template."):
+        return ((_V.STRING, None),)
+    if _TOKEN_ID.match(key):
+        return ((_V.UINT32, None),)
+    if key == _CHARSMAP:
+        return ((_V.ARRAY, _V.UINT8), (_V.ARRAY, _V.INT8))
+    if arch and key.startswith(arch + "."):
+        rest = key[len(arch) + 1:]
+        if rest in _ARCH_U32:
+            return ((_V.UINT32, None), (_V.ARRAY, _V.UINT32), (_V.ARRAY, _V.INT32))
+        if rest in _ARCH_F32:
+            return ((_V.FLOAT32, None),)
+    return None
 
 
-class _Reader:
-    def __init__(self, fh: IO[bytes], size: int) -> None:
-        self.fh, self.size = fh, size
-
-    @property
-    def left(self) -> int:
-        return self.size - self.fh.tell()
-
-    def take(self, n: int, what: str) -> bytes:
-        if n > self.left:
-            raise GGUFFormatError("gguf.bounds", f"{what}: {n} bytes declared, {self.left} left")
-        return self.fh.read(n)
-
-    def scalar(self, vtype: GGUFValueType) -> Any:
-        fmt, n = _SCALARS[vtype]
-        return struct.unpack(fmt, self.take(n, vtype.name))[0]
-
-    def u32(self) -> int:
-        return int(struct.unpack("<I", self.take(4, "u32"))[0])
-
-    def u64(self) -> int:
-        return int(struct.unpack("<Q", self.take(8, "u64"))[0])
-
-    def string(self, what: str, limit: int | None = None) -> str:
-        n = self.u64()
-        if limit is not None and n > limit:
-            raise GGUFFormatError("gguf.bounds", f"{what}: string of {n} bytes over the limit")
-        return self.take(n, what).decode("utf-8", errors="surrogateescape")
-
-    def vtype(self) -> GGUFValueType:
-        t = self.u32()
-        try:
-            return GGUFValueType(t)
-        except ValueError:
-            raise GGUFFormatError("gguf.unknown-type", f"unknown value type {t}") from None
-
-    def value(self, vtype: GGUFValueType, depth: int = 0) -> Any:
-        if vtype is GGUFValueType.STRING:
-            return self.string("string value")
-        if vtype is not GGUFValueType.ARRAY:
-            return self.scalar(vtype)
-        if depth >= _MAX_DEPTH:
-            raise GGUFFormatError("gguf.bounds", "arrays nested too deeply")
-        etype, count = self.vtype(), self.u64()
-        min_size = 8 if etype in (GGUFValueType.STRING, GGUFValueType.ARRAY) else \
-            _SCALARS[etype][1]
-        if count * min_size > self.left:
-            raise GGUFFormatError("gguf.bounds", f"array of {count} elements exceeds the file")
-        if etype in _SCALARS:
-            fmt, n = _SCALARS[etype]
-            return np.frombuffer(self.take(count * n, "array"), dtype=np.dtype(fmt))
-        return [self.value(etype, depth + 1) for _ in range(count)]
+def _name(t: tuple[GGUFValueType, GGUFValueType | None]) -> str:
+    return t[0].name + (f"[{t[1].name}]" if t[1] is not None else "")
 
 
-def read_gguf(path: Path) -> GGUFHeader:
-    """Parse and bound-check a GGUF header; raises :class:`GGUFFormatError`."""
-    with path.open("rb") as raw:
-        size = raw.seek(0, 2)
-        raw.seek(0)
-        r = _Reader(raw, size)
-        if r.take(4, "magic") != b"GGUF":
-            raise GGUFFormatError("gguf.magic", "file does not start with GGUF")
-        version = r.u32()
-        if version not in (2, 3):
-            raise GGUFFormatError("gguf.version", f"unsupported GGUF version {version}")
-        n_tensors, n_kv = r.u64(), r.u64()
-        if n_kv > min(_MAX_KV, r.left // 13) or n_tensors > min(_MAX_TENSORS, r.left // 24):
-            raise GGUFFormatError("gguf.bounds", f"implausible counts: {n_tensors} tensors, "
-                                  f"{n_kv} metadata entries for {size} bytes")
-        kv: dict[str, Any] = {}
-        for _ in range(n_kv):
-            key = r.string("key", _MAX_KEY)
-            if key in kv:
-                raise GGUFFormatError("gguf.duplicate", f"duplicate metadata key {key!r}")
-            kv[key] = r.value(r.vtype())
-        infos = [_tensor_info(r) for _ in range(n_tensors)]
-        header_end = raw.tell()
-    alignment = kv.get("general.alignment", 32)
-    if not isinstance(alignment, int) or alignment < 8 or alignment & (alignment - 1):
-        raise GGUFFormatError("gguf.alignment", f"general.alignment {alignment!r} is not a "
-                              "power of two >= 8")
-    data_start = -(-header_end // alignment) * alignment
-    return GGUFHeader(version, kv, tuple(infos), alignment, data_start, size)
+def _keys(h: GGUFHeader) -> Iterator[tuple[str, Severity, str]]:
+    """Typed keys with another type, vocabulary arrays of another length, names not UTF-8."""
+    for name in h.not_utf8:
+        # gguf-py refuses such a key or tensor name, llama.cpp reads it: two readings
+        yield ("gguf.encoding", Severity.HIGH, f"name {name!r} is not valid UTF-8 "
+               "(gguf-py refuses it, llama.cpp reads it)")
+    arch = h.kv.get("general.architecture")
+    arch = arch if isinstance(arch, str) else None
+    for key, got in h.types.items():
+        want = _want(key, arch)
+        if want is not None and got not in want:
+            yield ("gguf.key-type", Severity.CRITICAL,
+                   f"{key} is {_name(got)}; llama.cpp reads it as {_name(want[0])}")
+    tokens = h.kv.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, StringArray):
+        for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
+            v = h.kv.get(key)
+            if v is not None and len(v) != len(tokens):
+                yield ("gguf.key-type", Severity.CRITICAL,
+                       f"{key} has {len(v)} entries for {len(tokens)} tokens (llama.cpp reads "
+                       "one per token, past the end of the array)")
 
 
-def _tensor_info(r: _Reader) -> GGUFTensor:
-    name = r.string("tensor name", _MAX_KEY)
-    n_dims = r.u32()
-    if not 1 <= n_dims <= _MAX_DIMS:
-        raise GGUFFormatError("gguf.tensor-shape", f"{name}: {n_dims} dimensions")
-    dims = tuple(r.u64() for _ in range(n_dims))
-    t = r.u32()
-    offset = r.u64()
-    try:
-        block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(t)]
-    except (ValueError, KeyError):
-        raise GGUFFormatError("gguf.unknown-type", f"{name}: unknown ggml type {t}") from None
-    if any(d == 0 for d in dims) or dims[0] % block:
-        raise GGUFFormatError("gguf.tensor-shape", f"{name}: shape {dims} invalid for type {t}")
-    numel = 1
-    for d in dims:
-        numel *= d
-    return GGUFTensor(name, dims, t, offset, numel // block * type_size)
+def _padding_problem(path: Path, start: int, size: int, alignment: int) -> str | None:
+    """Bytes after ``start``: at most alignment-1 zero bytes of padding may follow."""
+    if size <= start:
+        return None
+    if size - start >= alignment:
+        return f"{size - start} bytes after the last tensor (or the header)"
+    with path.open("rb") as fh:
+        fh.seek(start)
+        if fh.read(alignment).strip(b"\x00"):
+            return "non-zero bytes in the padding after the last tensor (or the header)"
+    return None
 
 
-def _layout(h: GGUFHeader) -> Iterator[tuple[str, Severity, str]]:
+def _layout(h: GGUFHeader, path: Path) -> Iterator[tuple[str, Severity, str]]:
     names: set[str] = set()
     end = 0
     for t in sorted(h.tensors, key=lambda t: t.offset):
@@ -188,10 +138,23 @@ def _layout(h: GGUFHeader) -> Iterator[tuple[str, Severity, str]]:
         if t.offset < end:
             yield "gguf.overlap", Severity.CRITICAL, f"{t.name}: overlaps the previous tensor"
         end = max(end, t.offset + t.nbytes)
-    if h.file_size - (h.data_start + end) >= h.alignment and h.tensors:
-        yield "gguf.trailing-bytes", Severity.HIGH, "bytes after the last tensor"
+    expected = 0
+    for t in h.tensors:  # llama.cpp: each offset is the padded sum of the tensors before it
+        if t.name_bytes >= _GGML_MAX_NAME:
+            yield ("gguf.tensor-name", Severity.HIGH,
+                   f"tensor name of {t.name_bytes} bytes (llama.cpp refuses >= 64)")
+        if t.offset != expected:
+            yield ("gguf.tensor-order", Severity.HIGH,
+                   f"{t.name}: offset {t.offset}, llama.cpp expects {expected}")
+            break
+        expected += -(-t.nbytes // h.alignment) * h.alignment
+    last = h.data_start + end if h.tensors else h.header_end
+    why = _padding_problem(path, last, h.file_size, h.alignment)
+    if why:
+        yield "gguf.trailing-bytes", Severity.HIGH, why
     if "general.architecture" not in h.kv:
         yield "gguf.metadata", Severity.MEDIUM, "general.architecture is missing"
+    yield from _keys(h)
 
 
 class GGUFCheck(Check):
@@ -209,6 +172,12 @@ class GGUFCheck(Check):
         "gguf.overlap": "Overlapping tensor data",
         "gguf.trailing-bytes": "Bytes after the last tensor",
         "gguf.metadata": "Required metadata missing",
+        "gguf.key-type": "A key llama.cpp reads with a fixed type or length has another",
+        "gguf.nested-array": "Array of arrays (llama.cpp refuses what gguf-py reads)",
+        "gguf.tensor-name": "Tensor name llama.cpp refuses (64 bytes or more)",
+        "gguf.tensor-order": "Tensor data not where llama.cpp computes it (padded, in order)",
+        "gguf.too-large": "Metadata too large to analyse",
+        "gguf.encoding": "A key or tensor name that is not valid UTF-8",
         "gguf.missing-file": "The spec's gguf_file is not in the artifact",
     }
 
@@ -226,11 +195,11 @@ class GGUFCheck(Check):
                 try:
                     h = ctx.cached("gguf", f.path, read_gguf)
                 except GGUFFormatError as err:
-                    out.append(finding(err.check_id, Severity.CRITICAL, str(err),
-                                       f.rel).with_role(tree.role))
+                    sev = Severity.HIGH if err.too_large else Severity.CRITICAL
+                    out.append(finding(err.check_id, sev, str(err), f.rel).with_role(tree.role))
                     continue
                 out.extend(finding(cid, sev, msg, f.rel).with_role(tree.role)
-                           for cid, sev, msg in _layout(h))
+                           for cid, sev, msg in _layout(h, f.path))
         return CheckOutcome.of(out)
 
 

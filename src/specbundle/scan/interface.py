@@ -33,6 +33,7 @@ class ScanOptions:
     max_safetensors_header: int = 100_000_000
     max_pickle_bytes: int = 256 * 1024 * 1024
     max_template_bytes: int = 1_000_000
+    max_config_bytes: int = 64 * 1024 * 1024
     progress: Callable[[str], None] | None = field(default=None, compare=False)
 
 

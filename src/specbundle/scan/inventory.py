@@ -12,7 +12,8 @@ import os
 import stat
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
+from functools import cached_property
+from pathlib import Path, PurePosixPath
 
 from specbundle.record import SkippedFile
 from specbundle.scan.findings import Finding, Severity, finding
@@ -43,9 +44,18 @@ class ArtifactTree:
     repo: str | None = None
     gguf_file: str | None = None
 
+    @cached_property
+    def _by_rel(self) -> dict[str, TreeFile]:
+        return {f.rel: f for f in self.files}
+
+    @cached_property
+    def suffixes(self) -> frozenset[str]:
+        """Lower-cased suffixes present in the tree (``".safetensors"``, ...)."""
+        return frozenset(PurePosixPath(f.rel).suffix.lower() for f in self.files)
+
     def file(self, rel: str) -> TreeFile | None:
-        """The file at a relative path, if present."""
-        return next((f for f in self.files if f.rel == rel), None)
+        """The file at a relative path, if present (a dict lookup: trees hold 10^4+ files)."""
+        return self._by_rel.get(rel)
 
     def matching(self, suffix: str) -> tuple[TreeFile, ...]:
         """Files whose name ends with ``suffix``."""

@@ -16,6 +16,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import IO
 
+from specbundle.scan.pickle_ops import BudgetExceeded, fast_ops
+
 __all__ = [
     "NUMPY_ALLOWED",
     "STORAGE_TYPES",
@@ -69,6 +71,13 @@ _STRING_OPS = frozenset({"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "B
 _INT_OPS = frozenset({"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4"})
 _PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 _GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
+# Opcodes whose whole effect is one push (of their int/str argument, or of an opaque value),
+# or a pop to the mark: handled inline by walk_pickle.
+_PUSH_ARG = frozenset({"BININT1", "BININT2", "BININT", "SHORT_BINUNICODE", "BINUNICODE",
+                       "BINUNICODE8"})
+_PUSH_OPAQUE = frozenset({"NONE", "NEWTRUE", "NEWFALSE", "EMPTY_LIST", "EMPTY_DICT",
+                          "EMPTY_SET", "BINFLOAT"})
+_MARK_POP = frozenset({"APPENDS", "SETITEMS", "ADDITEMS", "LIST", "DICT"})
 _FORBIDDEN_OPS = frozenset({"EXT1", "EXT2", "EXT4", "NEXT_BUFFER", "READONLY_BUFFER"})
 # Every opcode of protocols 0-5 as of CPython 3.11; a newer one is "unknown" and blocked.
 _KNOWN_OPS = frozenset(op.name for op in pickletools.opcodes)
@@ -76,7 +85,7 @@ _KNOWN_OPS = frozenset(op.name for op in pickletools.opcodes)
 # number of tensors), low enough that a hostile stream cannot exhaust the scanner's memory.
 _MAX_STACK = 1_000_000
 _MAX_MEMO = 4_000_000
-_MAX_OPS = 5_000_000
+_MAX_OPS = 2_000_000  # ~65 000 tensors of torch data.pkl; beyond: too large to analyse
 
 
 class _Opaque:
@@ -125,35 +134,11 @@ class PickleWalk:
         return bool(self.problems)
 
 
-class _BudgetExceeded(Exception):
+class _TooManyProblems(Exception):
     pass
 
 
-class _Bounded(io.RawIOBase):
-    """A read-only view that refuses to read more than ``limit`` bytes (opcode budget)."""
-
-    def __init__(self, inner: IO[bytes], limit: int) -> None:
-        self._inner, self._left, self._start = inner, limit, inner.tell()
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, n: int = -1) -> bytes:
-        if n < 0 or n > self._left:
-            raise _BudgetExceeded
-        data = self._inner.read(n)
-        self._left -= len(data)
-        return data
-
-    def readline(self, size: int | None = -1) -> bytes:
-        data = self._inner.readline(self._left + 1)
-        if len(data) > self._left:
-            raise _BudgetExceeded
-        self._left -= len(data)
-        return data
-
-    def tell(self) -> int:
-        return self._inner.tell() - self._start
+_MAX_PROBLEMS = 32  # one stream is blocked by its first problem; the rest is evidence
 
 
 @dataclass
@@ -167,6 +152,8 @@ class _State:
     pos: int = 0
 
     def problem(self, check_id: str, message: str) -> None:
+        if len(self.problems) >= _MAX_PROBLEMS:
+            raise _TooManyProblems
         self.problems.append(PickleProblem(check_id, message, self.pos))
 
     def pop(self) -> Item:
@@ -305,47 +292,88 @@ def walk_pickle(stream: IO[bytes], allowed: frozenset[str], *, max_bytes: int) -
         relative to the start position.
     """
     st = _State(allowed)
-    bounded = _Bounded(stream, max_bytes)
+    origin = stream.tell()
     complete = False
     root: object = None
     try:
-        for n_ops, (op, arg, pos) in enumerate(pickletools.genops(bounded)):  # type: ignore[arg-type]
-            st.pos = int(pos or 0)
-            if op.name == "STOP":
+        stack, memo = st.stack, st.memo
+        for n_ops, (op, arg, pos) in enumerate(fast_ops(stream, max_bytes)):
+            st.pos = pos
+            name = op.name
+            # hot opcodes of checkpoints first (same effect as _step, without its dispatch)
+            if name in _PUSH_ARG:
+                stack.append(arg if type(arg) is int or type(arg) is str else _OPAQUE)
+            elif name in _PUSH_OPAQUE:
+                stack.append(_OPAQUE)
+            elif name == "MARK":
+                stack.append(_MARK)
+            elif name == "MEMOIZE":
+                memo[len(memo)] = stack[-1] if stack else _OPAQUE
+            elif name in _MARK_POP:
+                st.pop_mark()
+                if name == "LIST" or name == "DICT":
+                    stack.append(_OPAQUE)
+            elif name == "STOP":
                 top = st.pop()
                 root = top if isinstance(top, (int, str)) else None
                 complete = True
                 break
-            _step(st, op, arg)
-            if len(st.stack) > _MAX_STACK or len(st.memo) > _MAX_MEMO or n_ops > _MAX_OPS:
-                st.problem("pickle.budget", "opcodes, stack or memo beyond the walker's limits")
+            else:
+                _step(st, op, arg)
+            if not n_ops & 0xFF and (len(stack) > _MAX_STACK or len(memo) > _MAX_MEMO
+                                      or n_ops > _MAX_OPS):
+                st.problem("pickle.budget", "too large to analyse: opcodes, stack or memo beyond "
+                           "the walker's limits")
                 break
-    except _BudgetExceeded:
-        st.problem("pickle.budget", f"pickle larger than the {max_bytes}-byte budget")
+    except BudgetExceeded:
+        st.problems.append(PickleProblem(
+            "pickle.budget", f"pickle too large to analyse (over the {max_bytes}-byte budget)",
+            st.pos))
+    except _TooManyProblems:
+        st.problems.append(PickleProblem(
+            "pickle.malformed", f"more than {_MAX_PROBLEMS} problems; walk stopped", st.pos))
     except (ValueError, UnicodeError, EOFError, OverflowError, struct.error, IndexError) as err:
-        st.problem("pickle.malformed", f"broken pickle stream: {err}")
+        st.problems.append(PickleProblem("pickle.malformed", f"broken pickle stream: {err}",
+                                         st.pos))
     if not complete and not any(p.check_id in ("pickle.malformed", "pickle.budget")
                                 for p in st.problems):
-        st.problem("pickle.malformed", "stream ended before STOP")
-    return PickleWalk(tuple(st.globals), tuple(st.problems), tuple(st.pids),
-                      bounded.tell(), complete, root)
+        st.problems.append(PickleProblem("pickle.malformed", "stream ended before STOP", st.pos))
+    end = st.pos + 1 if complete else st.pos
+    stream.seek(origin + end)  # the decoder reads ahead; callers continue after the STOP
+    return PickleWalk(tuple(st.globals), tuple(st.problems), tuple(st.pids), end, complete,
+                      root)
 
 
-def looks_like_pickle(head: bytes, *, truncated: bool = False) -> bool:
-    """Whether these bytes are a pickle (catches protocol 0/1 text pickles).
+# Text fails to parse as pickle opcodes within a few bytes (text made only of opcode letters,
+# such as "aaaa", parses on but never reaches STOP); the whole stream is followed, not a byte
+# window, so one huge string opcode cannot push the evidence out of sight. A stream that parses
+# for this many opcodes without ending is treated as a pickle (and the walk reports its size).
+_SNIFF_OPS = 2_000_000
+_CALL_OPS = frozenset({"REDUCE", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "BUILD"})
 
-    True when the head parses to STOP, or parses a GLOBAL/INST and at least one more opcode
-    before the head runs out (a long pickle cut by the sniffing limit).
+
+def looks_like_pickle(data: bytes | IO[bytes], *, truncated: bool = False,
+                      max_bytes: int = 1 << 30) -> bool:
+    """Whether a stream (or bytes) is a pickle, protocol 0/1 text pickles included.
+
+    True when it parses to STOP, parses :data:`_SNIFF_OPS` opcodes without error, or parses a
+    GLOBAL/INST and a call before breaking (a nullifAI-style broken pickle).
+    ``truncated`` says bytes were cut from the end (a break there is no evidence against).
     """
-    if len(head) < 2:
-        return False
-    ops, saw_global = 0, False
+    stream = io.BytesIO(data) if isinstance(data, bytes) else data
+    ops, saw_global, saw_call = 0, False, False
     try:
-        for op, _arg, _pos in pickletools.genops(io.BytesIO(head)):
+        for op, _arg, _pos in fast_ops(stream, max_bytes):
             ops += 1
             if op.name == "STOP":
                 return ops >= 2
+            saw_call = saw_call or (saw_global and op.name in _CALL_OPS)
             saw_global = saw_global or op.name in ("GLOBAL", "INST")
+            if ops >= _SNIFF_OPS:
+                return True
+    except BudgetExceeded:
+        return ops >= 2
     except (ValueError, UnicodeError, EOFError, OverflowError, struct.error, IndexError):
-        return truncated and saw_global and ops >= 3
+        # broken after a global and a call: the call already ran when a loader gets here
+        return saw_global and (saw_call or (truncated and ops >= 3))
     return False

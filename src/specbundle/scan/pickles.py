@@ -32,6 +32,13 @@ from specbundle.scan.pickle_walker import (
     walk_pickle,
 )
 from specbundle.scan.sniff import FileKind
+from specbundle.scan.zipwalk import (
+    ZipAmbiguity,
+    ZipArchive,
+    read_member,
+    verify_crcs,
+    walk_zip,
+)
 
 __all__ = ["PickleCheck"]
 
@@ -52,6 +59,20 @@ _NPY_ERRORS = (ValueError, TypeError, SyntaxError, tokenize.TokenError, EOFError
 def _walk_findings(rel: str, walk: PickleWalk, where: str = "") -> Iterator[Finding]:
     for p in walk.problems:
         yield finding(p.check_id, Severity.CRITICAL, p.message + where, rel, pos=p.pos)
+
+
+def _zipfile_differs(f: TreeFile, archive: ZipArchive) -> str | None:
+    """Python's zipfile is the second reader: it must see exactly the walker's entries."""
+    try:
+        with zipfile.ZipFile(f.path) as zf:
+            theirs = [(i.filename, i.header_offset, i.compress_size, i.file_size, i.CRC)
+                      for i in zf.infolist()]
+    except _ZIP_ERRORS as err:
+        return f"zipfile cannot read the archive: {type(err).__name__}: {err}"
+    ours = [(e.name, e.header_offset, e.csize, e.usize, e.crc) for e in archive.entries]
+    if theirs != ours:
+        return "zipfile reads different members than the raw structure says"
+    return None
 
 
 def _storage_key(pid: tuple[object, ...], legacy: bool) -> str | None:
@@ -78,10 +99,11 @@ class PickleCheck(Check):
         "pickle.budget": "Pickle larger than the scan budget",
         "pickle.trailing-data": "Bytes after the pickle's STOP (stacked pickles)",
         "pickle.persistent-id": "Persistent id that is not a torch storage reference",
-        "pickle.zip-malformed": "Unreadable, prefixed, encrypted or duplicated zip checkpoint",
+        "pickle.zip-malformed": "Malformed zip checkpoint, or one zip readers read differently",
         "pickle.zip-member": "Zip member that is not part of a torch state dict",
         "pickle.zip-storage": "Storage referenced but missing, or stored but unreferenced",
         "pickle.npy-object": "numpy array with object dtype (needs unpickling to load)",
+        "pickle.npy-size": "numpy array whose data does not fill the file exactly",
         "pickle.not-allowed": "Pickle file while the spec does not allow pickles",
         "pickle.redundant": "Pickle weights next to safetensors (must not be mirrored)",
         "pickle.allowed": "Pickle passed the allow-list and the spec allows it (recorded)",
@@ -105,7 +127,8 @@ class PickleCheck(Check):
             found = list(self._zip(f, budget))
         elif kind is FileKind.NUMPY:
             found = list(self._npy(f, budget))
-            if not found:
+            if not found or all(x.check_id == "pickle.npy-size" for x in found):
+                yield from found  # a plain array: no pickle inside, but it must be whole
                 return
         else:
             return
@@ -113,7 +136,7 @@ class PickleCheck(Check):
         if not tree.allow_pickle:
             yield finding("pickle.not-allowed", Severity.HIGH,
                           "pickle-bearing file; the spec does not allow pickles", f.rel)
-        elif any(t.rel.endswith(".safetensors") for t in tree.files):
+        elif ".safetensors" in tree.suffixes:
             yield finding("pickle.redundant", Severity.HIGH,
                           "pickle next to safetensors weights; it must not be mirrored", f.rel)
         elif not found:
@@ -169,60 +192,46 @@ class PickleCheck(Check):
 
     def _zip(self, f: TreeFile, budget: int) -> Iterator[Finding]:
         try:
-            zf = zipfile.ZipFile(f.path)
-        except _ZIP_ERRORS as err:
-            yield finding("pickle.zip-malformed", Severity.CRITICAL, f"unreadable zip: {err}",
-                          f.rel)
+            archive = walk_zip(f.path)
+            verify_crcs(f.path, archive)
+            problem = _zipfile_differs(f, archive)
+        except ZipAmbiguity as err:
+            yield finding("pickle.zip-malformed", Severity.CRITICAL,
+                          f"ambiguous or malformed zip: {err}", f.rel)
             return
-        with zf:
-            infos = zf.infolist()
-            names = [i.filename for i in infos]
-            problem = self._zip_structure(infos, names)
-            if problem:
-                yield finding("pickle.zip-malformed", Severity.CRITICAL, problem, f.rel)
-                return
-            pkl = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
-            if len(pkl) != 1:
+        if problem:
+            yield finding("pickle.zip-malformed", Severity.CRITICAL, problem, f.rel)
+            return
+        names = [e.name for e in archive.entries]
+        pkl = [e for e in archive.entries
+               if e.name.endswith("/data.pkl") and e.name.count("/") == 1]
+        if len(pkl) != 1:
+            yield finding("pickle.zip-member", Severity.HIGH,
+                          "zip is not a torch checkpoint (one <dir>/data.pkl)", f.rel)
+            return
+        prefix = pkl[0].name.rsplit("/", 1)[0] + "/"
+        stored: set[str] = set()
+        for n in names:
+            rel = n[len(prefix):] if n.startswith(prefix) else None
+            m = _ZIP_STORAGE.match(rel) if rel is not None else None
+            if m:
+                stored.add(m.group(1))
+            elif rel != "data.pkl" and not (rel is not None and _ZIP_META.match(rel)):
                 yield finding("pickle.zip-member", Severity.HIGH,
-                              "zip is not a torch checkpoint (one <dir>/data.pkl)", f.rel)
-                return
-            prefix = pkl[0].rsplit("/", 1)[0] + "/"
-            stored: set[str] = set()
-            for n in names:
-                rel = n[len(prefix):] if n.startswith(prefix) else None
-                m = _ZIP_STORAGE.match(rel) if rel is not None else None
-                if m:
-                    stored.add(m.group(1))
-                elif rel != "data.pkl" and not (rel is not None and _ZIP_META.match(rel)):
-                    yield finding("pickle.zip-member", Severity.HIGH,
-                                  f"unexpected member {n!r}", f.rel, member=n)
-            info = zf.getinfo(pkl[0])
-            if info.file_size > budget:
-                yield finding("pickle.budget", Severity.HIGH, "data.pkl over budget", f.rel)
-                return
-            try:
-                data = zf.read(info)
-            except _ZIP_ERRORS as err:
-                yield finding("pickle.zip-malformed", Severity.CRITICAL,
-                              f"data.pkl unreadable: {type(err).__name__}: {err}", f.rel)
-                return
-            walk = walk_pickle(io.BytesIO(data), TORCH_ALLOWED, max_bytes=budget)
+                              f"unexpected member {n!r}", f.rel, member=n)
+        if pkl[0].usize > budget:
+            yield finding("pickle.budget", Severity.HIGH,
+                          "data.pkl too large to analyse (over the pickle budget)", f.rel)
+            return
+        try:
+            data = read_member(f.path, pkl[0], budget)
+        except (ZipAmbiguity, OSError) as err:
+            yield finding("pickle.zip-malformed", Severity.CRITICAL,
+                          f"data.pkl unreadable: {err}", f.rel)
+            return
+        walk = walk_pickle(io.BytesIO(data), TORCH_ALLOWED, max_bytes=budget)
         yield from _walk_findings(f.rel, walk, " (in data.pkl)")
         yield from self._zip_storages(f.rel, walk, stored)
-
-    @staticmethod
-    def _zip_structure(infos: list[zipfile.ZipInfo], names: list[str]) -> str | None:
-        if not infos:
-            return "empty zip"
-        if min(i.header_offset for i in infos) != 0:
-            return "data before the first zip entry (prefixed zip)"
-        if len(set(names)) != len(names):
-            return "duplicate member names"
-        if any(i.flag_bits & 0x1 for i in infos):
-            return "encrypted member"
-        if any(n.startswith("/") or ".." in n.split("/") or "\\" in n for n in names):
-            return "member name with path traversal"
-        return None
 
     @staticmethod
     def _zip_storages(rel: str, walk: PickleWalk, stored: set[str]) -> Iterator[Finding]:
@@ -246,11 +255,17 @@ class PickleCheck(Check):
                 version = npformat.read_magic(fh)
                 reader = (npformat.read_array_header_1_0 if version == (1, 0)
                           else npformat.read_array_header_2_0)
-                _shape, _order, dtype = reader(fh)
+                shape, _order, dtype = reader(fh)
             except _NPY_ERRORS as err:
                 yield finding("pickle.malformed", Severity.HIGH, f"bad .npy header: {err}", f.rel)
                 return
             if not np.dtype(dtype).hasobject:
+                # coverage: the array's bytes fill the file exactly (nothing rides behind it)
+                want = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+                if f.size - fh.tell() != want:
+                    yield finding("pickle.npy-size", Severity.HIGH,
+                                  f"array data is {f.size - fh.tell()} bytes, its header says "
+                                  f"{want}", f.rel)
                 return
             yield finding("pickle.npy-object", Severity.HIGH,
                           "object-dtype array: loading it unpickles its contents", f.rel)

@@ -12,26 +12,34 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Any, ClassVar
 
+from specbundle.scan.configs import find_key, is_config, load_config
 from specbundle.scan.findings import CheckOutcome, Finding, Severity, finding
 from specbundle.scan.interface import Check, CheckContext
 from specbundle.scan.inventory import ArtifactTree
-from specbundle.scan.jsonfile import load_json
 
 __all__ = ["RemoteCodeCheck", "auto_map_refs"]
 
-_CONFIGS = ("config.json", "tokenizer_config.json", "processor_config.json",
-            "preprocessor_config.json", "feature_extractor_config.json",
-            "image_processor_config.json", "generation_config.json")
 _CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyd", ".so", ".dylib", ".dll", ".ipynb")
 
 
 def auto_map_refs(doc: Any) -> list[tuple[str, str]]:
-    """``(auto class, reference)`` pairs of a config's ``auto_map`` (lists flattened)."""
-    amap = doc.get("auto_map") if isinstance(doc, dict) else None
-    if not isinstance(amap, dict):
-        return []
-    return [(str(key), v) for key, val in sorted(amap.items())
-            for v in (val if isinstance(val, list) else [val]) if isinstance(v, str) and v]
+    """``(auto class, reference)`` pairs of every ``auto_map`` at any depth (lists flattened).
+
+    A nested map is named by its path (``text_config.auto_map.AutoModel``); a value that is
+    not a string is reported as a reference too (an engine may still try to resolve it).
+    """
+    out: list[tuple[str, str]] = []
+    for path, amap in find_key(doc, "auto_map"):
+        prefix = "" if path == "auto_map" else path.removesuffix("auto_map")
+        if not isinstance(amap, dict):
+            out.append((path, repr(amap)[:200]))
+            continue
+        for key, val in sorted(amap.items()):
+            for v in (val if isinstance(val, list) else [val]):
+                if v is None:
+                    continue  # transformers' own "no class for this slot"
+                out.append((prefix + str(key), v if isinstance(v, str) else repr(v)[:200]))
+    return out
 
 
 class RemoteCodeCheck(Check):
@@ -51,17 +59,17 @@ class RemoteCodeCheck(Check):
         """Find every code trigger; severity depends on the artifact's policy."""
         out: list[Finding] = []
         for tree in ctx.trees:
-            out.extend(x.with_role(tree.role) for x in self._tree(tree))
+            out.extend(x.with_role(tree.role) for x in self._tree(ctx, tree))
         return CheckOutcome.of(out)
 
-    def _tree(self, tree: ArtifactTree) -> Iterator[Finding]:
+    def _tree(self, ctx: CheckContext, tree: ArtifactTree) -> Iterator[Finding]:
         allowed = tree.allow_remote_code
         sev = Severity.INFO if allowed else Severity.HIGH
         names = {f.rel for f in tree.files} | {s.path for s in tree.skipped}
         for f in tree.files:
-            if PurePosixPath(f.rel).name not in _CONFIGS:
+            if not is_config(f.rel):
                 continue
-            doc = load_json(f.path)  # unreadable JSON is no code trigger; engines reject it
+            doc = load_config(ctx, f).doc  # an unparsable config is the config check's finding
             base = PurePosixPath(f.rel).parent
             for key, ref in auto_map_refs(doc):
                 yield from self._ref(f.rel, key, ref, base, names, sev, allowed)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from specbundle import __version__
 from specbundle.mirror import utc_now
 from specbundle.scan.compat import CompatCheck
+from specbundle.scan.configs import ConfigCheck
 from specbundle.scan.files import FilesCheck
 from specbundle.scan.findings import (
     CheckOutcome,
@@ -34,6 +35,7 @@ __all__ = ["CHECKS", "CORE_RULES", "all_rules", "order_findings", "run_checks"]
 
 CHECKS: tuple[Check, ...] = (
     FilesCheck(),
+    ConfigCheck(),
     SafetensorsCheck(),
     GGUFCheck(),
     PickleCheck(),

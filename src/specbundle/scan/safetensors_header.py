@@ -35,6 +35,13 @@ DTYPE_BITS: dict[str, int] = {
 _MAX_NAME = 1024
 _ENTRY_KEYS = frozenset({"dtype", "shape", "data_offsets"})
 _BAD_NAME = re.compile(r"[\x00-\x1f/\\]|\.\.")
+# Inert in safetensors, but metadata is shown in UIs, copied into model cards and templates,
+# and passed to shells by careless tooling: template syntax and shell pipelines are reported.
+_HOSTILE_META = re.compile(
+    r"\{\{|\{%|\{#|\$\{|\$\(|`|"                       # Jinja / shell / JS template syntax
+    r"\|\s*(sh|bash|zsh|python3?|perl|nc|ncat)\b|"           # piping into an interpreter
+    r"\b(curl|wget)\s+\S|\brm\s+-[rf]|\bbase64\s+(-d|--decode)\b|"
+    r"&&|;\s*(sh|bash|curl|wget|rm|chmod)\b|/bin/(ba)?sh\b|\beval\s*\(|__import__")
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,12 @@ def read_header(path: Path, max_header: int) -> StHeader:
     if not raw.startswith(b"{"):
         probs.append(("safetensors.header-start", Severity.HIGH,
                       "header does not start with '{'", {"first": raw[:8].hex()}))
+    body = raw.rstrip(b" ")
+    if body != body.rstrip(b"\t\r\n\x00") or not body.endswith(b"}"):
+        # writers pad with spaces; serde_json and Python's json differ on other trailers
+        probs.append(("safetensors.header-padding", Severity.HIGH,
+                      "header padding is not spaces after the closing '}'",
+                      {"last": raw[-8:].hex()}))
     try:
         doc = loads_strict(raw.decode("utf-8"))
     except DuplicateKeys as err:
@@ -97,6 +110,12 @@ def read_header(path: Path, max_header: int) -> StHeader:
         probs.append(("safetensors.metadata", Severity.HIGH,
                       "__metadata__ must map strings to strings", {}))
         meta = {}
+    for key, value in sorted(meta.items()):
+        m = _HOSTILE_META.search(value) or _HOSTILE_META.search(key)
+        if m:
+            probs.append(("safetensors.metadata-suspicious", Severity.MEDIUM,
+                          "__metadata__ holds template syntax or a shell command",
+                          {"key": key[:80], "match": m.group(0)[:80]}))
     tensors: dict[str, StTensor] = {}
     for name, entry in doc.items():
         t = _tensor(name, entry, probs)
@@ -191,6 +210,8 @@ class SafetensorsCheck(Check):
         "safetensors.header-json": "Header is not a UTF-8 JSON object",
         "safetensors.duplicate-key": "Duplicate JSON keys in the header",
         "safetensors.metadata": "__metadata__ is not a string-to-string map",
+        "safetensors.metadata-suspicious": "__metadata__ with template syntax or shell commands",
+        "safetensors.header-padding": "Header padded with something other than spaces",
         "safetensors.tensor-entry": "Malformed tensor entry",
         "safetensors.tensor-name": "Tensor name with path syntax",
         "safetensors.unknown-dtype": "Unknown dtype",

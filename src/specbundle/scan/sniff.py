@@ -156,8 +156,17 @@ def sniff_bytes(head: bytes, size: int) -> FileKind:
 
 
 def sniff(path: Path) -> FileKind:
-    """Kind of a file on disk (reads at most 64 KiB)."""
+    """Kind of a file on disk from its first 64 KiB, and the whole stream for pickles.
+
+    A protocol-0 pickle is text; whether text is a pickle is decided by parsing opcodes from
+    the start of the file for as long as they parse, never by a byte window.
+    """
     with path.open("rb") as fh:
         head = fh.read(_HEAD)
         size = fh.seek(0, 2)
-    return sniff_bytes(head, size)
+        kind = sniff_bytes(head, size)
+        if kind in (FileKind.TEXT, FileKind.UNKNOWN) and size > len(head):
+            fh.seek(0)
+            if looks_like_pickle(fh):
+                return FileKind.PICKLE
+    return kind
