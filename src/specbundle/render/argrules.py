@@ -169,7 +169,8 @@ SGLANG_FLAGS: dict[str, ArgRule] = {
     "--schedule-policy": _r("str"),
     "--page-size": _r("int", minimum=1),
     "--attention-backend": _r("str"),
-    "--cuda-graph-max-bs": _r("int", minimum=1),
+    "--cuda-graph-max-bs-decode": _r("int", minimum=1),  # 0.5.23 split --cuda-graph-max-bs
+    "--cuda-graph-max-bs-prefill": _r("int", minimum=1),
     "--disable-cuda-graph": _r("bool"),
     "--enable-torch-compile": _r("bool"),
     "--disable-overlap-schedule": _r("bool"),
@@ -201,7 +202,6 @@ SGLANG_FLAGS: dict[str, ArgRule] = {
     "--speculative-draft-window-size": _r("int", minimum=1),
     "--speculative-moe-runner-backend": _r("str"),
     "--speculative-draft-model-quantization": _r("str"),
-    "--speculative-skip-dp-mlp-sync": _r("bool"),
     "--enable-multi-layer-eagle": _r("bool"),
     "--speculative-adaptive": _r("bool"),
     "--speculative-adaptive-config": _r("str"),

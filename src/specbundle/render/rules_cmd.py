@@ -81,10 +81,19 @@ def llamacpp_spec_type(inp: LintInput) -> Iterator[Finding]:
         yield finding("llamacpp-spec-type-method", "error", "engines.llamacpp.spec_type",
                       f"--spec-type {spec_type} does not run method {method.value}.",
                       f"set spec_type to {' or '.join(allowed)}", L)
-    if any(t.startswith("draft-") for t in types) and not has_draft:
+    # b11434's draft-mtp drafts from the target's own nextn tensors: no draft model needed.
+    if any(t.startswith("draft-") and t != "draft-mtp" for t in types) and not has_draft:
         yield finding("llamacpp-spec-type-method", "error", "engines.llamacpp.spec_type",
                       f"--spec-type {spec_type} needs a draft model, and none is rendered.",
-                      "use an ngram-* spec_type, or add a draft artifact with gguf_file", L)
+                      "use an ngram-* or draft-mtp spec_type, or add a draft artifact with "
+                      "gguf_file", L)
+    if "ngram-cache" in types:
+        yield finding("llamacpp-spec-type-method", "warning", "engines.llamacpp.spec_type",
+                      "ngram-cache has no draft-length flag in llama-server, so "
+                      f"num_speculative_tokens={inp.spec.speculative.num_speculative_tokens} "
+                      "is not passed and llama.cpp's own lookup length runs.",
+                      "use ngram-simple, ngram-map-k, ngram-map-k4v or ngram-mod, whose "
+                      "length render pins to K", L)
 
 
 def llamacpp_p_min(inp: LintInput) -> Iterator[Finding]:
