@@ -157,7 +157,7 @@ SGLANG_FLAGS: dict[str, ArgRule] = {
     "--kv-cache-dtype": _r("str"),
     "--quantization": _r("str"),
     "--load-format": _r("str"),
-    "--tp-size": _r("int", minimum=1, aliases=("--tensor-parallel-size", "--tp")),
+    "--tp-size": _r("int", minimum=1, aliases=("--tensor-parallel-size",)),
     "--pp-size": _r("int", minimum=1, aliases=("--pipeline-parallel-size",)),
     "--dp-size": _r("int", minimum=1, aliases=("--data-parallel-size",)),
     "--enable-dp-attention": _r("bool"),

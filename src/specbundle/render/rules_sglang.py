@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from specbundle.render.lint import Finding, LintInput, Rule, finding
+from specbundle.render.rules_cmd import flag_value as _value
 from specbundle.render.sglang import ALGORITHMS
 from specbundle.render.sglang_versions import FEATURE_TEXT, FEATURES, has_feature, image_version
 from specbundle.spec import EngineName, SpecMethod
@@ -23,15 +24,6 @@ _REMOVED = {
     "--speculative-skip-dp-mlp-sync": "nothing (the flag does not exist)",
 }
 _NGRAM_BREADTH, _NGRAM_DRAFT_TOKENS = 10, 12  # _handle_ngram defaults in 0.5.23
-
-
-def _value(argv: tuple[str, ...], flag: str) -> str | None:
-    for i, a in enumerate(argv):
-        if a == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(flag + "="):
-            return a.split("=", 1)[1]
-    return None
 
 
 def _int(argv: tuple[str, ...], flag: str) -> int | None:
