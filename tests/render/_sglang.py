@@ -44,10 +44,11 @@ def resolve(commands: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
     return out
 
 
-def flags() -> set[str]:
-    """Every option string SGLang's own parser accepts."""
+def flags() -> dict[str, str]:
+    """Every option string SGLang's own parser accepts -> bool/int/float/choice/str."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)
     proc = subprocess.run([str(PYTHON), str(MAIN), "--list-flags"], env=env,
                           capture_output=True, text=True, timeout=600, check=True)
-    return set(json.loads(proc.stdout))
+    out: dict[str, str] = json.loads(proc.stdout)
+    return out

@@ -46,15 +46,25 @@ class _Capture(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def _flags() -> list[str]:
-    """Every option string of SGLang's own ``sglang serve`` parser."""
+def _flags() -> dict[str, str]:
+    """Every option string of SGLang's own ``sglang serve`` parser -> its value kind."""
     import argparse
 
     from sglang.srt.server_args import ServerArgs
 
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
-    return sorted(s for a in parser._actions for s in a.option_strings)
+    out = {}
+    for a in parser._actions:
+        if a.nargs == 0:
+            kind = "bool"
+        elif a.choices is not None:
+            kind = "choice"
+        else:
+            kind = {int: "int", float: "float"}.get(a.type, "str")  # type: ignore[call-overload]
+        for s in a.option_strings:
+            out[s] = kind
+    return out
 
 
 def main() -> None:
