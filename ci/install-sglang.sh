@@ -32,6 +32,7 @@ printf 'torch==2.13.0\n' > "$cons"
     msgspec numpy orjson psutil pybase64 requests packaging pillow starlette pydantic \
     pyzmq tqdm ipython aiohttp dill sentencepiece gguf triton "apache-tvm-ffi==0.1.11" \
     "transformers==5.19.0" compressed-tensors "torchvision==0.28.0"
-# The oracle the tests run must resolve a command on this CPU box.
-"$VENV/bin/python" -c 'import sglang; print("sglang", sglang.__version__)'
+# The oracle the render tests run must load SGLang's own parser here (offline).
+HF_HUB_OFFLINE=1 "$VENV/bin/python" tests/render/sglang_oracle_main.py --list-flags \
+    | "$VENV/bin/python" -c 'import json, sys; print(len(json.load(sys.stdin)), "sglang flags")'
 touch "$stamp"
