@@ -176,7 +176,7 @@ class VLLMSettings(_Model):
 class SGLangSettings(_Model):
     """SGLang server options; the three tree parameters go together or not at all."""
 
-    image: str = "lmsysorg/sglang:v0.5.4"
+    image: str = "lmsysorg/sglang:v0.5.23"
     port: int = Field(30000, ge=1, le=65535)
     tp_size: int = Field(1, ge=1)
     pp_size: int = Field(1, ge=1)

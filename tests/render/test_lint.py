@@ -71,14 +71,6 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
         {**SGLANG_ONLY, "engines.sglang.speculative_num_steps": 3,
          "engines.sglang.speculative_eagle_topk": 1,
          "engines.sglang.speculative_num_draft_tokens": 4}, {}),
-    "sglang-topk-overlap": (
-        {**SGLANG_ONLY, **EAGLE3, "engines.sglang.speculative_num_steps": 5,
-         "engines.sglang.speculative_eagle_topk": 4,
-         "engines.sglang.speculative_num_draft_tokens": 8},
-        {**SGLANG_ONLY, **EAGLE3, "engines.sglang.speculative_num_steps": 5,
-         "engines.sglang.speculative_eagle_topk": 4,
-         "engines.sglang.speculative_num_draft_tokens": 8,
-         "engines.sglang.disable_overlap_schedule": True}, {}),
     "sglang-adaptive-unsupported": (
         {**SGLANG_ONLY, "engines.sglang.speculative_adaptive": True},
         {**SGLANG_ONLY, **EAGLE3, "engines.sglang.speculative_adaptive": True}, {}),
@@ -89,6 +81,19 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
          "engines.sglang.dp_size": 2, "deployment.gpus": 2}, {}),
     "sglang-max-running-requests": (
         {**SGLANG_ONLY, "engines.sglang.max_running_requests": None}, SGLANG_ONLY, {}),
+    "sglang-image-version": (
+        {**SGLANG_ONLY, "speculative.method": "dflash",
+         "engines.sglang.image": "lmsysorg/sglang:v0.5.4"},
+        {**SGLANG_ONLY, "speculative.method": "dflash"}, {}),
+    "sglang-ngram-forced-tree": (
+        {**SGLANG_ONLY, "draft": None, "speculative.method": "ngram"}, SGLANG_ONLY, {}),
+    "sglang-adaptive-disabled": (
+        {**SGLANG_ONLY, **EAGLE3, "engines.sglang.speculative_adaptive": True,
+         "engines.sglang.extra_args": ["--enable-multi-layer-eagle"]},
+        {**SGLANG_ONLY, **EAGLE3, "engines.sglang.speculative_adaptive": True}, {}),
+    "sglang-removed-flag": (
+        {**SGLANG_ONLY, "engines.sglang.extra_args": ["--cuda-graph-max-bs", "8"]},
+        {**SGLANG_ONLY, "engines.sglang.extra_args": ["--cuda-graph-max-bs-decode", "8"]}, {}),
     "sglang-method-unsupported": (
         {**SGLANG_ONLY, "speculative.method": "medusa"},
         {**SGLANG_ONLY, "speculative.method": "eagle"}, {}),

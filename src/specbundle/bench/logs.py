@@ -2,7 +2,8 @@
 
 The formats are the engines' own ``printf`` strings, which change between versions, so
 each pattern accepts the historic variants (vLLM's early-2025 line without mean length;
-SGLang builds without ``accept rate``; llama.cpp builds without ``mean len``). Log figures
+SGLang builds without ``accept rate``, with or without the ``[N]`` forward count;
+llama.cpp builds without ``mean len``). Log figures
 are interval (vLLM, SGLang) or per-request (llama.cpp) values, never used for the gate.
 """
 
@@ -22,8 +23,11 @@ _VLLM = re.compile(
     r"Accepted: (\d+) tokens, Drafted: (\d+) tokens"
     r"(?:, Per-position acceptance rate: ([0-9., ]+?))?"
     r"(?:, Avg Draft acceptance rate: " + _NUM + r"%)?\s*$")
+#: ``Decode batch [N], #running-req: ...`` (0.5.4; 0.5.23 with LOG_FORWARD_ITERS) or
+#: ``Decode batch, #running-req: ...`` (0.5.23): both from the released sources.
 _SGLANG = re.compile(
-    r"Decode batch\..*?accept len: " + _NUM + r"(?:, accept rate: " + _NUM + r")?")
+    r"Decode batch(?: \[\d+\])?, #running-req: .*?accept len: " + _NUM
+    + r"(?:, accept rate: " + _NUM + r")?")
 _LLAMA = re.compile(
     r"draft acceptance(?: rate)? = " + _NUM + r" \(\s*(\d+) accepted /\s*(\d+) generated\)"
     r"(?:, mean (?:len|acceptance length) =\s*" + _NUM + r")?")

@@ -12,7 +12,8 @@ names its speculation figures differently:
   llama-server prints values with six significant digits, so counters above 10^6 lose
   precision: benchmark windows stay far below that.
 * SGLang: only gauges of the last logging interval (``sglang:spec_accept_length``,
-  ``sglang:spec_accept_rate``): kept and labelled "not comparable as counters".
+  ``sglang:spec_accept_rate``): kept and labelled "not comparable as counters"; the
+  preemption counter ``sglang:num_retracted_requests_total`` is a real counter.
 
 Acceptance is computed only from counter deltas scraped right before and right after the
 measured window, so warm-up and earlier traffic never count.
@@ -124,6 +125,8 @@ class EngineReading:
     gauges: Mapping[str, float] = field(default_factory=dict)
     counters_comparable: bool = True
     note: str = ""
+    #: ``preemptions`` is a counter (window delta) even where acceptance has only gauges.
+    preemptions_counter: bool = True
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,16 @@ class VllmMetrics:
         )
 
 
+#: What b11434's ``server_task_result_metrics::to_metrics`` really exports beside the
+#: counters: no KV gauge at all (``kv_cache_usage_ratio``/``kv_cache_tokens`` are gone);
+#: ``n_tokens_max`` is the longest sequence seen, kept as a labelled figure.
+_LLAMACPP_GAUGES = ("llamacpp:n_tokens_max", "llamacpp:requests_processing",
+                    "llamacpp:requests_deferred", "llamacpp:n_busy_slots_per_decode")
+_LLAMACPP_KV_NOTE = ("KV usage unmeasured: llama-server (b11434) exports no KV-usage series; "
+                     "capacity is slots x n_ctx from /props, llamacpp:n_tokens_max is the "
+                     "longest sequence seen")
+
+
 class LlamaCppMetrics:
     """llama-server ``/metrics`` (hand-rendered ``server_task_result_metrics::to_metrics``)."""
 
@@ -184,11 +197,16 @@ class LlamaCppMetrics:
 
     def read(self, s: Scrape) -> EngineReading:
         """llama.cpp keeps KV per slot, allocated at start, and never preempts a request."""
+        # n_tokens_max is TYPE counter without a _total suffix: the parser names it ..._total.
+        gauges = {g: v for g in _LLAMACPP_GAUGES
+                  if (v := s.total(g) if s.total(g) is not None else s.total(g + "_total"))
+                  is not None}
         return EngineReading(
             engine=self.engine, spec=_spec(s, "llamacpp:"), preemptions=0.0,
             generation_tokens=s.total("llamacpp:tokens_predicted_total"),
-            kv_usage=s.total("llamacpp:kv_cache_usage_ratio"), kv_capacity_tokens=None,
-            note="llama.cpp allocates KV per slot at start and has no preemption",
+            kv_usage=None, kv_capacity_tokens=None, gauges=gauges,
+            note="llama.cpp allocates KV per slot at start and has no preemption; "
+                 + _LLAMACPP_KV_NOTE,
         )
 
 
@@ -203,10 +221,16 @@ class SGLangMetrics:
     engine = "sglang"
 
     def read(self, s: Scrape) -> EngineReading:
-        """Keep the spec gauges, labelled as not comparable; retractions count as preemption."""
+        """Keep the spec gauges, labelled as not comparable; retractions count as preemption.
+
+        Preemptions come from the counter ``sglang:num_retracted_requests_total`` (0.5.23),
+        not the gauge ``sglang:num_retracted_reqs`` (the size of the last retraction, reset
+        every log interval). Releases without the counter (0.5.4) leave them unmeasured.
+        """
         gauges = {g: v for g in _SGLANG_GAUGES if (v := s.total(g)) is not None}
         return EngineReading(
-            engine=self.engine, spec=None, preemptions=s.total("sglang:num_retracted_reqs"),
+            engine=self.engine, spec=None,
+            preemptions=s.total("sglang:num_retracted_requests_total"),
             generation_tokens=s.total("sglang:generation_tokens_total"),
             kv_usage=s.total("sglang:token_usage"), kv_capacity_tokens=None, gauges=gauges,
             counters_comparable=False,
@@ -230,9 +254,9 @@ def window_delta(before: EngineReading, after: EngineReading) -> WindowDelta:
     spec = None
     if after.spec is not None:
         spec = after.spec.minus(before.spec or SpecCounters(0.0, 0.0, 0.0))
-    if before.counters_comparable:
+    if before.preemptions_counter:
         pre = _sub(after.preemptions, before.preemptions)
-    else:  # a gauge: the retracted count at the end of the window, not a delta
+    else:  # a gauge: the count at the end of the window, not a delta
         pre = after.preemptions
     return WindowDelta(
         engine=after.engine, spec=spec, preemptions=pre,

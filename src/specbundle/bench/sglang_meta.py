@@ -37,7 +37,15 @@ from specbundle.bench.prometheus import NOT_COMPARABLE, WindowDelta
 from specbundle.bench.report import Acceptance
 from specbundle.errors import BenchError
 
-__all__ = ["MetaWindow", "RequestSpec", "meta_acceptance", "read_meta", "sum_window"]
+__all__ = [
+    "ADAPTIVE_NOTE",
+    "MetaWindow",
+    "RequestSpec",
+    "adaptive_seen",
+    "meta_acceptance",
+    "read_meta",
+    "sum_window",
+]
 
 #: (what it counts, names newest first: current, backward-compatible alias, older release)
 _CORRECT = ("accepted drafts", ("spec_num_correct_drafts", "spec_accepted_drafts",
@@ -205,14 +213,34 @@ def sum_window(metas: Iterable[Any]) -> MetaWindow:
     )
 
 
-def meta_acceptance(deltas: Sequence[WindowDelta], runs: Sequence[LevelRun]) -> Acceptance:
+#: Why SGLang's proposed count is wrong under ``--speculative-adaptive`` (0.5.23
+#: ``tokenizer_manager._calculate_spec_decoding_metrics``).
+ADAPTIVE_NOTE = ("approximate under --speculative-adaptive: SGLang counts proposed drafts as "
+                 "spec_verify_ct x (static speculative_num_draft_tokens - 1), not the width the "
+                 "adaptive tier ran, so acceptance rate, draft tokens and alpha are not "
+                 "reported; mean acceptance length and accepted drafts per verify step are exact")
+
+
+def adaptive_seen(gauges: Mapping[str, float], w: MetaWindow) -> bool:
+    """The active tier's width (``sglang:spec_num_draft_tokens``) differs from the counted one."""
+    active = gauges.get("sglang:spec_num_draft_tokens")
+    return active is not None and w.verify_ct > 0 and active > 0 \
+        and not math.isclose(active - 1, w.proposed / w.verify_ct)
+
+
+def meta_acceptance(deltas: Sequence[WindowDelta], runs: Sequence[LevelRun], *,
+                    adaptive: bool | None = None) -> Acceptance:
     """The spec arm's acceptance at one level from the requests' ``meta_info`` sums.
 
     The gauges read at the end of each window stay in the report as a labelled
-    cross-check: they cover SGLang's last logging interval, not the window.
+    cross-check: they cover SGLang's last logging interval, not the window. With
+    ``adaptive`` (or, when None, an active width that differs from the counted one) the
+    proposed-draft figures are dropped as approximate (:data:`ADAPTIVE_NOTE`).
     """
     w = sum_window(r.server.get("meta_info") for run in runs for r in run.ok)
     gauges = dict(deltas[-1].gauges_end) if deltas else {}
+    if adaptive is None:
+        adaptive = adaptive_seen(gauges, w)
     label = f"sglang:* gauges are a cross-check only ({NOT_COMPARABLE})" if gauges else ""
     if not w.measured:
         return Acceptance(
@@ -231,6 +259,11 @@ def meta_acceptance(deltas: Sequence[WindowDelta], runs: Sequence[LevelRun]) -> 
              f"over {w.requests} measured request(s); mean acceptance length = "
              "completion_tokens / spec_verify_ct (includes the prefill token), "
              "α solved from 1 + accepted / verify steps", *w.notes]
+    if adaptive:
+        notes.insert(0, ADAPTIVE_NOTE)
+    else:
+        notes.append(f"K in force: {g:g} draft tokens per verify step (SGLang's own width, "
+                     "which may differ from the spec's num_speculative_tokens)")
     if w.zero_verify:
         notes.append(f"{w.zero_verify} request(s) ran no verify step")
     if w.self_check is False:
@@ -240,13 +273,15 @@ def meta_acceptance(deltas: Sequence[WindowDelta], runs: Sequence[LevelRun]) -> 
         notes.append("draft depth too deep: acceptance collapses after position 1")
     if label:
         notes.append(label)
+    exact = not adaptive
     return Acceptance(
         source="meta_info", comparable_as_counters=True, drafts=float(w.verify_ct),
-        draft_tokens=float(w.proposed), accepted=float(w.correct),
-        acceptance_rate=stats.acceptance_rate(w.correct, w.proposed),
-        mean_acceptance_length=w.completion_tokens / w.verify_ct, mean_draft_length=g,
-        per_position=per_pos, depth_too_deep=deep,
-        alpha=stats.alpha_from_tau(step_tau, g) if step_tau is not None else None,
-        request_draft_tokens=float(w.proposed), request_accepted=float(w.correct),
+        draft_tokens=float(w.proposed) if exact else None, accepted=float(w.correct),
+        acceptance_rate=stats.acceptance_rate(w.correct, w.proposed) if exact else None,
+        mean_acceptance_length=w.completion_tokens / w.verify_ct,
+        mean_draft_length=g if exact else None, per_position=per_pos, depth_too_deep=deep,
+        alpha=stats.alpha_from_tau(step_tau, g) if step_tau is not None and exact else None,
+        request_draft_tokens=float(w.proposed) if exact else None,
+        request_accepted=float(w.correct),
         request_cross_check=w.self_check, gauges=gauges, note="; ".join(notes),
     )

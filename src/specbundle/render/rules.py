@@ -12,6 +12,7 @@ from itertools import pairwise
 
 from specbundle.render.argrules import VLLM_SPEC_KEYS
 from specbundle.render.lint import Finding, LintInput, Rule, finding
+from specbundle.render.rules_sglang import SGLANG_RULES
 from specbundle.render.sglang import ALGORITHMS
 from specbundle.spec import EngineName, SpecMethod
 
@@ -347,22 +348,6 @@ def sglang_partial_tree(inp: LintInput) -> Iterator[Finding]:
         )
 
 
-def sglang_topk_overlap(inp: LintInput) -> Iterator[Finding]:
-    """The overlap scheduler supports topk 1 only."""
-    s = inp.spec.engines.sglang
-    topk = _sg_tree(inp).get("--speculative-eagle-topk")
-    if s is not None and topk is not None and topk > 1 and not s.disable_overlap_schedule:
-        yield finding(
-            "sglang-topk-overlap",
-            "error",
-            "engines.sglang.speculative_eagle_topk",
-            f"topk={topk} with the overlap scheduler on: SGLang's overlap (spec v2) path "
-            "supports topk 1 only.",
-            "set speculative_eagle_topk 1, or disable_overlap_schedule: true",
-            S,
-        )
-
-
 def sglang_adaptive(inp: LintInput) -> Iterator[Finding]:
     """Adaptive mode silently falls back to static params outside EAGLE/EAGLE3 + topk 1."""
     s = inp.spec.engines.sglang
@@ -463,10 +448,10 @@ ENGINE_RULES: dict[str, Rule] = {
     "vllm-mtp-k": vllm_mtp_k,
     "vllm-async-scheduling": vllm_async,
     "sglang-partial-tree": sglang_partial_tree,
-    "sglang-topk-overlap": sglang_topk_overlap,
     "sglang-adaptive-unsupported": sglang_adaptive,
     "sglang-dp-attention": sglang_dp_attention,
     "sglang-max-running-requests": sglang_max_running,
     "sglang-method-unsupported": sglang_method,
     "eagle-given-eagle3-draft": eagle_with_eagle3,
+    **SGLANG_RULES,
 }

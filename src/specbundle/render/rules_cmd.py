@@ -24,7 +24,7 @@ from specbundle.render.lint import Finding, LintInput, Rule, finding
 from specbundle.render.paths import METHOD_WORDS, is_pinned, method_words_in
 from specbundle.spec import EngineName, SpecMethod
 
-__all__ = ["COMMAND_RULES", "LLAMACPP_SPEC_TYPES"]
+__all__ = ["COMMAND_RULES", "LLAMACPP_SPEC_TYPES", "flag_value"]
 
 V, S, L = EngineName.VLLM, EngineName.SGLANG, EngineName.LLAMACPP
 _URL_RE = re.compile(r"\b(?:https?|hf|s3|gs|ftp|oci)://", re.IGNORECASE)
@@ -41,7 +41,8 @@ LLAMACPP_SPEC_TYPES: dict[SpecMethod, tuple[str, ...]] = {
 }
 
 
-def _flag_value(argv: tuple[str, ...], *names: str) -> str | None:
+def flag_value(argv: tuple[str, ...], *names: str) -> str | None:
+    """The value of the first of ``names`` on a command line (``--f v`` or ``--f=v``)."""
     for i, a in enumerate(argv):
         if a in names and i + 1 < len(argv):
             return argv[i + 1]
@@ -55,8 +56,8 @@ def _flag_value(argv: tuple[str, ...], *names: str) -> str | None:
 def llamacpp_draft_without_type(inp: LintInput) -> Iterator[Finding]:
     """A draft without ``--spec-type`` (default none) is loaded and never used (#25345)."""
     argv = inp.argv(L)
-    spec_type = _flag_value(argv, "--spec-type")
-    if _flag_value(argv, *_DRAFT_FLAGS) is not None and spec_type in (None, "none"):
+    spec_type = flag_value(argv, "--spec-type")
+    if flag_value(argv, *_DRAFT_FLAGS) is not None and spec_type in (None, "none"):
         yield finding("llamacpp-draft-without-spec-type", "error", "argv: --spec-draft-model",
                       "a draft model is loaded but --spec-type is none (the default), so "
                       "llama-server never speculates and prints no warning.",
@@ -68,8 +69,8 @@ def llamacpp_spec_type(inp: LintInput) -> Iterator[Finding]:
     argv = inp.argv(L)
     if L not in inp.commands and inp.spec.engines.llamacpp is None:
         return
-    spec_type = _flag_value(argv, "--spec-type")
-    has_draft = _flag_value(argv, *_DRAFT_FLAGS) is not None
+    spec_type = flag_value(argv, "--spec-type")
+    has_draft = flag_value(argv, *_DRAFT_FLAGS) is not None
     method = inp.spec.speculative.method
     allowed = LLAMACPP_SPEC_TYPES.get(method, ())
     types = [t for t in (spec_type or "").split(",") if t and t != "none"]
@@ -81,17 +82,26 @@ def llamacpp_spec_type(inp: LintInput) -> Iterator[Finding]:
         yield finding("llamacpp-spec-type-method", "error", "engines.llamacpp.spec_type",
                       f"--spec-type {spec_type} does not run method {method.value}.",
                       f"set spec_type to {' or '.join(allowed)}", L)
-    if any(t.startswith("draft-") for t in types) and not has_draft:
+    # b11434's draft-mtp drafts from the target's own nextn tensors: no draft model needed.
+    if any(t.startswith("draft-") and t != "draft-mtp" for t in types) and not has_draft:
         yield finding("llamacpp-spec-type-method", "error", "engines.llamacpp.spec_type",
                       f"--spec-type {spec_type} needs a draft model, and none is rendered.",
-                      "use an ngram-* spec_type, or add a draft artifact with gguf_file", L)
+                      "use an ngram-* or draft-mtp spec_type, or add a draft artifact with "
+                      "gguf_file", L)
+    if "ngram-cache" in types:
+        yield finding("llamacpp-spec-type-method", "warning", "engines.llamacpp.spec_type",
+                      "ngram-cache has no draft-length flag in llama-server, so "
+                      f"num_speculative_tokens={inp.spec.speculative.num_speculative_tokens} "
+                      "is not passed and llama.cpp's own lookup length runs.",
+                      "use ngram-simple, ngram-map-k, ngram-map-k4v or ngram-mod, whose "
+                      "length render pins to K", L)
 
 
 def llamacpp_p_min(inp: LintInput) -> Iterator[Finding]:
     """p_min 0.0 never stops drafting early: a wide window is always filled (#25908)."""
     argv = inp.argv(L)
-    p_min = _flag_value(argv, "--spec-draft-p-min", "--draft-p-min")
-    n_max = _flag_value(argv, "--spec-draft-n-max")
+    p_min = flag_value(argv, "--spec-draft-p-min", "--draft-p-min")
+    n_max = flag_value(argv, "--spec-draft-n-max")
     if p_min is not None and float(p_min) == 0.0 and n_max and int(n_max) >= _P_MIN_ZERO_N_MAX:
         yield finding("llamacpp-p-min-zero", "warning", "engines.llamacpp.draft_p_min",
                       f"p_min 0.0 with n_max {n_max}: the drafter always fills all {n_max} "

@@ -1,0 +1,192 @@
+"""Every rendered SGLang command, for each algorithm, through SGLang 0.5.23's own parser.
+
+``prepare_server_args`` + ``ServerArgs.resolve_once`` (``--device cpu``) run in
+``.venv-sglang``; what SGLang resolves (the tree in force, max running requests, silent
+fallbacks) is compared with what render emits and what lint says. Skips without the venv.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from specbundle.mirror import Mirror
+from specbundle.record import BundleRecord
+from specbundle.render import build_serve_command, lint_bundle
+from specbundle.render.rules_sglang import ngram_tree
+from specbundle.spec import dump_spec, parse_spec
+from tests.render._sglang import needs_sglang, resolve
+from tests.render.conftest import DRAFT_COMMIT, TARGET_COMMIT, _artifact, spec_dict
+
+pytestmark = needs_sglang
+
+_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+          "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "num_key_value_heads": 4, "vocab_size": 256, "max_position_embeddings": 512,
+          "torch_dtype": "float32"}
+_ONLY = {"engines.vllm": None, "engines.llamacpp": None, "target.gguf_file": None,
+         "draft.gguf_file": None}
+_NO_DRAFT = {"draft": None}
+
+#: case -> (spec changes, speculation)
+CASES: dict[str, tuple[dict[str, Any], bool]] = {
+    "standalone": ({}, True),
+    "baseline": ({}, False),
+    "eagle": ({"speculative.method": "eagle", "speculative.num_speculative_tokens": 3}, True),
+    "eagle3": ({"speculative.method": "eagle3", "speculative.num_speculative_tokens": 2}, True),
+    "eagle-tree-topk4": ({"speculative.method": "eagle",
+                          "engines.sglang.speculative_num_steps": 5,
+                          "engines.sglang.speculative_eagle_topk": 4,
+                          "engines.sglang.speculative_num_draft_tokens": 8}, True),
+    "eagle3-adaptive": ({"speculative.method": "eagle3", "speculative.num_speculative_tokens": 3,
+                         "engines.sglang.speculative_adaptive": True}, True),
+    "eagle3-adaptive-multilayer": ({"speculative.method": "eagle3",
+                                    "speculative.num_speculative_tokens": 3,
+                                    "engines.sglang.speculative_adaptive": True,
+                                    "engines.sglang.extra_args": ["--enable-multi-layer-eagle"]},
+                                   True),
+    "ngram": ({**_NO_DRAFT, "speculative.method": "ngram"}, True),
+    "dflash": ({"speculative.method": "dflash"}, True),
+    "cuda-graph-split": ({"engines.sglang.extra_args": ["--cuda-graph-max-bs-decode", "8"]},
+                         True),
+    "cuda-graph-old": ({"engines.sglang.extra_args": ["--cuda-graph-max-bs", "8"]}, True),
+    "skip-dp-mlp-sync": ({"engines.sglang.extra_args": ["--speculative-skip-dp-mlp-sync"]},
+                         True),
+}
+
+
+def _bundle(mirror: Mirror, name: str, changes: dict[str, Any]) -> BundleRecord:
+    spec = parse_spec(spec_dict(**{**_ONLY, "metadata.name": name, **changes}))
+    cfg = json.dumps(_LLAMA).encode()
+    target = _artifact(mirror, "target", spec.target.repo, TARGET_COMMIT,
+                       {"config.json": cfg, "model.safetensors": b"t"})
+    draft = None
+    if spec.draft is not None:
+        draft = _artifact(mirror, "draft", spec.draft.repo, DRAFT_COMMIT,
+                          {"config.json": cfg, "model.safetensors": b"d"})
+    rec = BundleRecord(name=spec.name, spec=dump_spec(spec), target=target, draft=draft,
+                       created="2026-11-29T00:00:00Z", tool_version="0.1.0")
+    with mirror.lock():
+        mirror.save_bundle(rec)
+    return rec
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every case rendered, linted, and resolved by SGLang in one subprocess."""
+    mirror = Mirror.open(tmp_path_factory.mktemp("m") / "mirror", create=True)
+    argvs, lints = {}, {}
+    for i, (case, (changes, spec_arm)) in enumerate(CASES.items()):
+        rec = _bundle(mirror, f"pair-{i}", changes)  # no method word in the path
+        argvs[case] = build_serve_command(rec, "sglang", mirror=mirror,
+                                          speculation=spec_arm).argv
+        lints[case] = lint_bundle(mirror, rec.name, engine="sglang")
+    got = resolve(list(argvs.values()))
+    return {c: (argvs[c], lints[c], r) for c, r in zip(argvs, got, strict=True)}
+
+
+def _tree(r: dict[str, Any]) -> tuple[int, int, int]:
+    d = r["resolved"]
+    return (d["speculative_num_steps"], d["speculative_eagle_topk"],
+            d["speculative_num_draft_tokens"])
+
+
+def _rules(lint: Any) -> set[tuple[str, str]]:
+    return {(f.rule, f.severity) for f in lint.findings}
+
+
+def test_it_is_the_pinned_release(verdicts: dict[str, Any]) -> None:
+    assert {r["version"] for _, _, r in verdicts.values()} == {"0.5.23"}
+
+
+@pytest.mark.parametrize(("case", "tree"), [
+    ("standalone", (4, 1, 5)), ("eagle", (3, 1, 4)), ("eagle3", (2, 1, 3)),
+    ("eagle-tree-topk4", (5, 4, 8)),
+])
+def test_sglang_resolves_the_tree_render_pinned(verdicts: dict[str, Any], case: str,
+                                                tree: tuple[int, int, int]) -> None:
+    _, lint, r = verdicts[case]
+    assert "error" not in r, r.get("error")
+    assert _tree(r) == tree
+    assert r["resolved"]["max_running_requests"] == 64  # pinned, not SGLang's silent 48
+    assert lint.ok, lint.errors  # topk 4 with the overlap scheduler is not a lint error
+
+
+def test_baseline_arm_has_no_speculation(verdicts: dict[str, Any]) -> None:
+    _, _, r = verdicts["baseline"]
+    assert "error" not in r, r.get("error")
+    assert r["resolved"]["speculative_algorithm"] is None
+    assert r["resolved"]["max_running_requests"] == 64
+
+
+def test_adaptive_resolves_and_its_silent_fallback_is_warned(verdicts: dict[str, Any]) -> None:
+    _, lint, r = verdicts["eagle3-adaptive"]
+    assert "error" not in r, r.get("error")
+    assert r["resolved"]["speculative_adaptive"] is True
+    assert not any("speculative_adaptive disabled" in w for w in r["warnings"])
+    _, lint, r = verdicts["eagle3-adaptive-multilayer"]
+    assert any("speculative_adaptive disabled" in w and "multi_layer" in w
+               for w in r["warnings"]), r
+    assert ("sglang-adaptive-disabled", "warning") in _rules(lint)
+
+
+def test_ngram_forces_its_own_tree_and_lint_says_which(verdicts: dict[str, Any]) -> None:
+    argv, lint, r = verdicts["ngram"]
+    assert "error" not in r, r.get("error")
+    assert _tree(r) == ngram_tree(argv) == (1, 10, 12)  # whatever K=4 the spec asked for
+    msg = [f.message for f in lint.findings if f.rule == "sglang-ngram-forced-tree"]
+    assert msg and "topk=10" in msg[0] and "12 draft tokens" in msg[0]
+
+
+def test_dflash_passes_parsing_and_stops_only_at_the_device(verdicts: dict[str, Any]) -> None:
+    """DFLASH is CUDA/NPU/XPU only: on this CPU box resolution stops at that gate."""
+    _, lint, r = verdicts["dflash"]
+    assert r.get("error", "").startswith(
+        "ValueError: DFLASH speculative decoding is not supported"), r
+    assert "device 'cpu'" in r["error"]
+    assert lint.ok
+
+
+def test_removed_flags_are_refused_by_sglang_and_by_lint(verdicts: dict[str, Any]) -> None:
+    for case in ("cuda-graph-old", "skip-dp-mlp-sync"):
+        _, lint, r = verdicts[case]
+        assert r.get("error", "").startswith("argparse"), (case, r)
+        assert ("sglang-removed-flag", "error") in _rules(lint)
+    _, lint, r = verdicts["cuda-graph-split"]
+    assert "error" not in r, r.get("error")
+    assert lint.ok
+
+
+def test_feature_table_row_matches_the_installed_release(verdicts: dict[str, Any]) -> None:
+    """The 0.5.23 row of the version table, checked against the installed sources."""
+    from specbundle.render.sglang_versions import DEFAULT_VERSION, FEATURES
+    from tests.render._sglang import VENV
+
+    assert DEFAULT_VERSION == "0.5.23" and FEATURES["0.5.23"] == frozenset(
+        {"dflash", "adaptive", "meta-counts", "retract-counter", "cuda-graph-split"})
+    src = next(VENV.glob("lib/python3*/site-packages/sglang/srt"))
+    assert "spec_num_proposed_drafts" in (src / "managers/tokenizer_manager.py").read_text()
+    collector = (src / "observability/metrics_collector.py").read_text()
+    assert '"sglang:num_retracted_requests_total"' in collector
+    assert "error" not in verdicts["eagle3-adaptive"][2]  # adaptive: parsed and resolved
+    assert "error" not in verdicts["cuda-graph-split"][2]  # the split flag exists
+    assert "DFLASH" in verdicts["dflash"][2]["error"]  # DFLASH is a known algorithm
+
+
+def test_transcribed_flag_table_is_a_subset_of_the_real_parser() -> None:
+    """The table lint falls back on (SGLang absent) names only flags 0.5.23 has."""
+    from specbundle.render.argrules import SGLANG_FLAGS
+    from tests.render._sglang import flags
+
+    real = flags()
+    ours = {n for k, r in SGLANG_FLAGS.items() for n in (k, *r.aliases)}
+    assert ours - set(real) == set()
+    assert not {"--cuda-graph-max-bs", "--speculative-skip-dp-mlp-sync"} & set(real)
+    # value kinds agree where SGLang's parser types them; it parses some values itself
+    # ("str" there: --context-length takes "128k", algorithms come from a plugin registry)
+    wrong = {k: (r.kind, real[k]) for k, r in SGLANG_FLAGS.items()
+             if (r.kind == "bool") != (real[k] == "bool")
+             or (real[k] in ("int", "float") and r.kind != real[k])}
+    assert wrong == {}
