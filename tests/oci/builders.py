@@ -13,12 +13,12 @@ from tests.sign.helpers import make_model, policy_doc, spec_file, write_policy, 
 
 
 def signed_pair(tmp: Path, mirror: Mirror, key: attest.SigningKey, name: str, *,
-                target_seed: int, draft_dir: Path | None = None) -> Path:
+                target_seed: int, draft_dir: Path | None = None, vocab: int = 64) -> Path:
     """Pull, scan-report and sign bundle ``name``; a given ``draft_dir`` is shared.
 
     Returns the draft folder, so a second bundle can reuse the very same draft.
     """
-    t = make_model(tmp / f"{name}-src" / "target", seed=target_seed)
+    t = make_model(tmp / f"{name}-src" / "target", seed=target_seed, vocab=vocab)
     d = draft_dir or make_model(tmp / f"{name}-src" / "draft", seed=target_seed + 100)
     pull_bundle(load_spec(spec_file(tmp, name, t, d)), mirror)
     write_scan_report(mirror, name)

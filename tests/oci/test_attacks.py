@@ -1,0 +1,125 @@
+"""Hostile registries and interrupted pushes: tampered blobs, forged referrers, a killed push."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specbundle import attest
+from specbundle.digest import sha256_bytes
+from specbundle.mirror import Mirror
+from specbundle.oci import RegistryBackend, RegistryOptions, parse_reference, push_bundle
+from specbundle.oci.media import (
+    ANN_ROLE,
+    EMPTY_CONFIG,
+    IMAGE_MANIFEST,
+    SIGSTORE_BUNDLE,
+    Descriptor,
+    dumps,
+)
+from specbundle.sign import model_sig_rel
+from tests.clihelp import run_cli
+from tests.oci.builders import signed_pair, trust_file
+from tests.oci.registry import Registry
+
+
+def _store(registry: Registry, repo: str) -> RegistryBackend:
+    return RegistryBackend(parse_reference(f"{registry.host}/{repo}:x"),
+                           RegistryOptions(plain_http=True))
+
+
+def _pull(capsys: pytest.CaptureFixture[str], ref: str, dst: Path, trust: Path
+          ) -> tuple[int, str, str]:
+    return run_cli(capsys, "oci", "pull", ref, "--mirror", str(dst), "--trust", str(trust),
+                   "--plain-http", "--json")
+
+
+def test_a_tampered_blob_in_registry_storage_is_refused_with_exit_3(
+        tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str]) -> None:
+    key = attest.generate_key()
+    src = Mirror.open(tmp_path / "m", create=True)
+    signed_pair(tmp_path, src, key, "pair", target_seed=11)
+    push_bundle(src, "pair", _store(registry, "tamper/pair"), "v1")
+    weights = src.load_bundle("pair").target.file("model.safetensors")
+    assert weights is not None
+    data = registry.blob_data(f"sha256:{weights.sha256}")
+    raw = bytearray(data.read_bytes())
+    raw[-1] ^= 0xFF  # same size, different bytes: only hashing can tell
+    data.chmod(0o644)
+    data.write_bytes(bytes(raw))
+    dst = tmp_path / "isolated"
+    code, out, _ = _pull(capsys, f"{registry.host}/tamper/pair:v1", dst, trust_file(tmp_path, key))
+    assert code == 3
+    assert weights.sha256 in json.loads(out)["error"]["message"]
+    assert Mirror.open(dst).bundle_names() == []  # nothing became visible
+    assert not Mirror.open(dst).has_object(weights.sha256)
+
+
+def _forged_sig_referrer(store: RegistryBackend, subject: Descriptor, sig: bytes) -> None:
+    empty = store.push_bytes(f"sha256:{sha256_bytes(b'{}')}", b"{}")
+    layer = Descriptor(SIGSTORE_BUNDLE, f"sha256:{sha256_bytes(sig)}", len(sig))
+    store.push_bytes(layer.digest, sig)
+    doc = dumps({"schemaVersion": 2, "mediaType": IMAGE_MANIFEST, "artifactType": SIGSTORE_BUNDLE,
+                 "config": {"mediaType": EMPTY_CONFIG, "digest": empty.digest, "size": 2},
+                 "layers": [layer.to_json()],
+                 "subject": {"mediaType": subject.media_type, "digest": subject.digest,
+                             "size": subject.size}, "annotations": {ANN_ROLE: "target"}})
+    store.put_manifest(doc, IMAGE_MANIFEST, f"sha256:{sha256_bytes(doc)}", subject=subject)
+
+
+def test_a_referrer_signed_by_an_untrusted_key_is_ignored(
+        tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str]) -> None:
+    key, attacker = attest.generate_key(), attest.generate_key()
+    src = Mirror.open(tmp_path / "m", create=True)
+    signed_pair(tmp_path, src, key, "pair", target_seed=12)
+    store = _store(registry, "forged/pair")
+    res = push_bundle(src, "pair", store, "v1")
+    target = Descriptor(IMAGE_MANIFEST, res.manifests["target"], len(
+        store.get_manifest(res.manifests["target"], 1 << 20)[0]))
+    # the attacker re-signs the same manifest with their own key and adds it as a referrer,
+    # and adds a DSSE statement of their own to the bundle index
+    manifest = attest.open_model_sig(src.read_bundle_file("pair", model_sig_rel("target"))
+                                     or b"", key.public)
+    _forged_sig_referrer(store, target, attest.build_model_sig(manifest, attacker))
+    trust = trust_file(tmp_path, key)
+    dst = tmp_path / "isolated"
+    code, out, err = _pull(capsys, f"{registry.host}/forged/pair:v1", dst, trust)
+    assert code == 0, err
+    ignored = json.loads(out)["ignored_referrers"]
+    assert len(ignored) == 1 and "target model.sig" in ignored[0]
+    assert Mirror.open(dst).read_bundle_file("pair", model_sig_rel("target")) == \
+        src.read_bundle_file("pair", model_sig_rel("target"))
+    # trusting only the attacker: the forged signature opens, but nothing else the policy
+    # needs is signed by them, so the bundle fails closed
+    code, out, _ = _pull(capsys, f"{registry.host}/forged/pair:v1", tmp_path / "other",
+                         trust_file(tmp_path, attacker, "attacker"))
+    assert code == 3
+    assert Mirror.open(tmp_path / "other").bundle_names() == []
+
+
+def test_a_push_killed_mid_upload_resumes_where_the_registry_stopped(
+        tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str]) -> None:
+    key = attest.generate_key()
+    src = Mirror.open(tmp_path / "m", create=True)
+    signed_pair(tmp_path, src, key, "big", target_seed=13, vocab=16384)  # 512 KiB of weights
+    ref = f"{registry.host}/resume/big:v1"
+    cmd = [sys.executable, "-m", "specbundle", "oci", "push", "big", ref, "--mirror",
+           str(src.root), "--plain-http", "--chunk-size", "64K", "--jobs", "1", "--json"]
+    env = {**os.environ, "SPECBUNDLE_CRASH_AT": "oci.chunk-uploaded:3"}
+    killed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == 137, killed.stderr
+    assert registry.upload_dirs(), "the registry holds the interrupted upload session"
+    code, out, _ = _pull(capsys, ref, tmp_path / "early", trust_file(tmp_path, key))
+    assert code == 6  # the tag was never written: nothing half-pushed is visible
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    res = json.loads(again.stdout)
+    assert res["bytes_resumed"] == 3 * 64 * 1024
+    code, out, err = _pull(capsys, ref, tmp_path / "isolated", trust_file(tmp_path, key))
+    assert code == 0, err
+    assert json.loads(out)["verification"]["ok"]
