@@ -39,9 +39,11 @@ def test_push_then_pull_into_an_empty_mirror_verifies_offline(
 
     dst = tmp_path / "isolated"
     code, out, err = run_cli(capsys, "oci", "pull", ref, "--mirror", str(dst), "--trust",
-                             str(trust), "--plain-http", "--json")
+                             str(trust), "--plain-http", "--render-aliases", "--json")
     assert code == 0, err
     pulled = json.loads(out)
+    alias = dst / "bundles/pair/render/models/target"
+    assert alias.is_symlink() and (alias / "config.json").is_file()
     assert pulled["index_digest"] == pushed["index_digest"]
     assert pulled["verification"]["ok"] and pulled["ignored_referrers"] == []
     mirror = Mirror.open(dst)

@@ -9,10 +9,13 @@ from typing import Any, TypeVar
 import click
 from rich.markup import escape
 
+from specbundle import __version__
+from specbundle._fsutil import atomic_write_bytes
 from specbundle.cli._keyopts import hash_progress
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json
 from specbundle.errors import UsageError
+from specbundle.mirror import Mirror
 from specbundle.oci import (
     DEFAULT_CHUNK,
     LayoutBackend,
@@ -25,11 +28,18 @@ from specbundle.oci import (
     pull_bundle,
     push_bundle,
 )
+from specbundle.oci.attach import BENCH_REPORT, attach_file
+from specbundle.oci.contents import bundle_contents
+from specbundle.oci.pack import model_digests, pack_bundle
 from specbundle.oci.ref import valid_tag
+from specbundle.render import RenderResult
+from specbundle.render.interface import RenderMeta
+from specbundle.render.paths import ensure_aliases
+from specbundle.render.targets import KubernetesOciTarget, OciModelSource
 from specbundle.transfer import parse_size
 from specbundle.verify import load_policy
 
-__all__ = ["command"]
+__all__ = ["command", "render_from_registry"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -130,9 +140,13 @@ def push(bundle: str, target: str, mirror_dir: Path | None, plain_http: bool,
 @click.option("--trust", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Trust policy (trust.yaml).")
 @_registry_options
+@click.option("--render-aliases", is_flag=True,
+              help="Also link bundles/<name>/render/models/{target,draft} (the paths rendered "
+              "manifests read), as the Kubernetes init-container does.")
 @json_option
 def pull(source: str, mirror_dir: Path | None, trust: Path, plain_http: bool,
-         ca_bundle: Path | None, auth_file: Path | None, as_json: bool) -> None:
+         ca_bundle: Path | None, auth_file: Path | None, render_aliases: bool,
+         as_json: bool) -> None:
     """Pull SOURCE (REGISTRY/REPO:TAG or REPO@sha256:...), verify it, then add it."""
     policy = load_policy(trust)
     mirror = open_mirror(mirror_dir, create=True)
@@ -142,6 +156,8 @@ def pull(source: str, mirror_dir: Path | None, trust: Path, plain_http: bool,
             res = pull_bundle(store, reference, mirror, policy, progress=progress)
     finally:
         store.close()
+    if render_aliases:
+        ensure_aliases(mirror, res.staged.verified.record)
     _print_pull(res, mirror.root, as_json)
 
 
@@ -184,3 +200,50 @@ def import_(src: Path, tag: str | None, mirror_dir: Path | None, trust: Path,
     with hash_progress(not as_json, None, "importing") as progress:
         res = pull_bundle(store, reference, mirror, policy, progress=progress)
     _print_pull(res, mirror.root, as_json)
+
+
+@command.command("attach")
+@click.argument("subject")
+@click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option("--artifact-type", default=BENCH_REPORT, show_default=True,
+              help="Media type of the attached file.")
+@_registry_options
+@json_option
+def attach(subject: str, file: Path, artifact_type: str, plain_http: bool,
+           ca_bundle: Path | None, auth_file: Path | None, as_json: bool) -> None:
+    """Attach FILE to SUBJECT (REGISTRY/REPO@sha256:... of a bundle index) as a referrer."""
+    store, _, reference = _registry(subject, plain_http, ca_bundle, auth_file)
+    try:
+        digest = attach_file(store, reference, file.read_bytes(), artifact_type, file.name)
+    finally:
+        store.close()
+    if as_json:
+        print_json({"subject": subject, "referrer": digest, "artifact_type": artifact_type})
+        return
+    console.print(f"attached {escape(file.name)} to {escape(subject)} as {digest}")
+
+
+def render_from_registry(mirror: Mirror, res: RenderResult, repo: str, *,
+                         tool_image: str | None, init_container: bool,
+                         plain_http: bool) -> list[Path]:
+    """Re-render ``res`` (a kubernetes render) with models from ``repo`` pinned by digest.
+
+    The digests are computed offline from the mirror (the same bytes push sends), so the
+    isolated side renders without talking to the registry.
+    """
+    ref = parse_reference(f"{repo}:x")
+    base = f"{ref.registry}/{ref.repository}"
+    record = mirror.load_bundle(res.bundle)
+    models = tuple((role, f"{base}@{d}") for role, d in model_digests(record).items())
+    index = pack_bundle(bundle_contents(mirror, res.bundle)).index.descriptor.digest
+    meta = RenderMeta(bundle=res.bundle, engine=res.engine,
+                      target_ref=f"{record.target.repo}@{record.target.commit}",
+                      draft_ref=f"{record.draft.repo}@{record.draft.commit}"
+                      if record.draft else None, tool_version=__version__)
+    target = KubernetesOciTarget(OciModelSource(models, f"{base}@{index}", tool_image,
+                                                init_container, plain_http))
+    out = []
+    for f in target.render(res.command, res.baseline, meta):
+        atomic_write_bytes(res.out_dir / f.path, f.content.encode(), f.mode)
+        out.append(res.out_dir / f.path)
+    return out

@@ -37,9 +37,9 @@ from specbundle.oci.media import (
     dumps,
     layer_media_type,
 )
-from specbundle.record import ArtifactRecord
+from specbundle.record import ArtifactRecord, BundleRecord
 
-__all__ = ["Blob", "Doc", "Packed", "pack_bundle"]
+__all__ = ["Blob", "Doc", "Packed", "model_digests", "model_manifest", "pack_bundle"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,25 @@ def _model_config(art: ArtifactRecord, layers: list[Descriptor], bundle: str) ->
                   "modelfs": {"type": "layers", "diff_ids": [x.digest for x in layers]}})
 
 
+def model_manifest(art: ArtifactRecord, bundle: str) -> tuple[Blob, Doc]:
+    """One artifact's ModelPack config blob and manifest (no signature needed)."""
+    files = sorted(art.files, key=lambda f: f.path)
+    layers = [Descriptor(layer_media_type(f.path), f"sha256:{f.sha256}", f.size,
+                         {FILEPATH: f.path, ANN_TITLE: f.path}) for f in files]
+    cfg = _blob(_model_config(art, layers, bundle), MODEL_CONFIG)
+    ann = {ANN_ROLE: art.role, ANN_BUNDLE: bundle, "org.opencontainers.image.source":
+           art.source, "org.opencontainers.image.revision": art.commit,
+           "org.opencontainers.image.title": art.repo}
+    doc = _doc(_manifest(MODEL_ARTIFACT, cfg.descriptor, layers, annotations=ann),
+               IMAGE_MANIFEST, {ANN_ROLE: art.role}, MODEL_ARTIFACT)
+    return cfg, doc
+
+
+def model_digests(record: BundleRecord) -> dict[str, str]:
+    """Role -> digest of its ModelPack manifest, computed offline (for pinned references)."""
+    return {a.role: model_manifest(a, record.name)[1].descriptor.digest for a in record.artifacts}
+
+
 def pack_bundle(c: BundleContents) -> Packed:
     """The OCI documents for ``c``."""
     small: list[Blob] = [_blob(EMPTY_JSON, EMPTY_CONFIG)]
@@ -116,15 +135,8 @@ def pack_bundle(c: BundleContents) -> Packed:
     manifests: list[Doc] = []
     role_docs: dict[str, Doc] = {}
     for art in c.record.artifacts:
-        layers = [Descriptor(layer_media_type(f.path), f"sha256:{f.sha256}", f.size,
-                             {FILEPATH: f.path, ANN_TITLE: f.path}) for f in c.files[art.role]]
-        cfg = _blob(_model_config(art, layers, c.name), MODEL_CONFIG)
+        cfg, doc = model_manifest(art, c.name)
         small.append(cfg)
-        ann = {ANN_ROLE: art.role, ANN_BUNDLE: c.name, "org.opencontainers.image.source":
-               art.source, "org.opencontainers.image.revision": art.commit,
-               "org.opencontainers.image.title": art.repo}
-        doc = _doc(_manifest(MODEL_ARTIFACT, cfg.descriptor, layers, annotations=ann),
-                   IMAGE_MANIFEST, {ANN_ROLE: art.role}, MODEL_ARTIFACT)
         manifests.append(doc)
         role_docs[art.role] = doc
     files = [_blob(data, BUNDLE_FILE, {ANN_TITLE: rel})
