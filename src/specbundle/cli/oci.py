@@ -106,7 +106,7 @@ def command() -> None:
 @click.argument("target")
 @mirror_option
 @_registry_options
-@click.option("--chunk-size", default="16M", show_default=True, help="Upload chunk size.")
+@click.option("--chunk-size", default="64M", show_default=True, help="Upload chunk size.")
 @click.option("--jobs", type=click.IntRange(1, 32), default=4, show_default=True,
               help="Parallel blob uploads.")
 @click.option("--mount-from", multiple=True,

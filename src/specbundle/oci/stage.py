@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
@@ -108,8 +109,11 @@ def _pick_envelopes(lines: list[bytes], policy: TrustPolicy, ignored: list[str])
 
 
 def _stage_objects(staging: Mirror, mirror: Mirror, rec: BundleRecord, fetched: Fetched,
-                   open_blob: OpenBlob, progress: Progress | None) -> tuple[list[HashedFile], int]:
-    hashed, nbytes = [], 0
+                   open_blob: OpenBlob, progress: Progress | None, workers: int
+                   ) -> tuple[list[HashedFile], int]:
+    """Stage every object the record names; downloads run ``workers`` at a time (network,
+    hashing and fsync of different objects overlap, as skopeo's parallel layer copies do)."""
+    todo: list[tuple[str, int]] = []
     for sha in sorted(rec.referenced_blobs()):
         size = fetched.objects.get(sha)
         if size is None:
@@ -124,6 +128,10 @@ def _stage_objects(staging: Mirror, mirror: Mirror, rec: BundleRecord, fetched: 
                 continue
             except OSError:
                 pass
+        todo.append((sha, size))
+
+    def fetch(item: tuple[str, int]) -> HashedFile:
+        sha, size = item
         tmp = staging.tmp_dir / f"{sha}.staged"
         with open_blob(f"sha256:{sha}", size) as blocks:
             got = write_hashed(_counting(blocks, progress), tmp)
@@ -132,9 +140,12 @@ def _stage_objects(staging: Mirror, mirror: Mirror, rec: BundleRecord, fetched: 
             raise VerificationError(f"blob sha256:{sha} from the store hashes to "
                                     f"sha256:{got.sha256} ({got.size} B): refused")
         staging.put_object(tmp, sha)
-        hashed.append(got)
-        nbytes += size
-    return hashed, nbytes
+        return got
+
+    todo.sort(key=lambda t: -t[1])  # big first: best overlap
+    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="oci-pull") as pool:
+        hashed = list(pool.map(fetch, todo))
+    return hashed, sum(size for _, size in todo)
 
 
 def _counting(blocks: Iterator[bytes], progress: Progress | None) -> Iterator[bytes]:
@@ -175,7 +186,7 @@ def _commit(staging: Mirror, mirror: Mirror, rec: BundleRecord, source: str) -> 
 
 
 def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open_blob: OpenBlob,
-                     *, progress: Progress | None = None) -> StageResult:
+                     *, progress: Progress | None = None, workers: int = 4) -> StageResult:
     """Stage, verify with :func:`verify_bundle`, then commit ``fetched`` into ``mirror``.
 
     Raises:
@@ -205,7 +216,7 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
     lines = _pick_envelopes(fetched.envelopes, policy, ignored)
     staging.write_bundle_file(rec.name, ATTESTATIONS_FILE,
                               b"".join(ln + b"\n" for ln in lines))
-    hashed, nbytes = _stage_objects(staging, mirror, rec, fetched, open_blob, progress)
+    hashed, nbytes = _stage_objects(staging, mirror, rec, fetched, open_blob, progress, workers)
     with staging.lock():
         staging.save_bundle(rec)
     try:
