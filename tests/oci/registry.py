@@ -4,6 +4,7 @@ the OCI benchmark: temp storage root, its own config file, a free port, stopped 
 from __future__ import annotations
 
 import shutil
+import ssl
 import subprocess
 import time
 from collections.abc import Iterator
@@ -55,11 +56,17 @@ def registry_available() -> bool:
 
 
 @contextmanager
-def run_registry(work: Path, *, htpasswd: Path | None = None) -> Iterator[Registry]:
-    """Start ``docker-registry serve`` on a free loopback port; stop it afterwards."""
+def run_registry(work: Path, *, htpasswd: Path | None = None,
+                 tls: tuple[Path, Path] | None = None) -> Iterator[Registry]:
+    """Start ``docker-registry serve`` on a free loopback port; stop it afterwards.
+
+    ``htpasswd``: Basic auth from that file; ``tls``: (certificate, key) PEM files.
+    """
     work.mkdir(parents=True, exist_ok=True)
     port = free_port()
     auth = (f"auth:\n  htpasswd: {{realm: test, path: {htpasswd}}}\n" if htpasswd else "")
+    if tls:
+        auth = f"  tls: {{certificate: {tls[0]}, key: {tls[1]}}}\n" + auth
     cfg = work / "config.yml"
     cfg.write_text(_CONFIG.format(root=work / "storage", port=port, auth=auth))
     log = work / "registry.log"
@@ -69,7 +76,9 @@ def run_registry(work: Path, *, htpasswd: Path | None = None) -> Iterator[Regist
         deadline = time.monotonic() + 20
         while True:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/v2/", timeout=1).status_code in (200, 401):
+                url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/v2/"
+                verify = ssl.create_default_context(cafile=str(tls[0])) if tls else True
+                if httpx.get(url, timeout=1, verify=verify).status_code in (200, 401):
                     break
             except httpx.HTTPError:
                 pass
