@@ -15,8 +15,11 @@ from specbundle.digest import sha256_bytes
 from specbundle.mirror import Mirror
 from specbundle.oci import RegistryBackend, RegistryOptions, parse_reference, push_bundle
 from specbundle.oci.media import (
+    ANN_LINE,
     ANN_ROLE,
+    DSSE_ENVELOPE,
     EMPTY_CONFIG,
+    IMAGE_INDEX,
     IMAGE_MANIFEST,
     SIGSTORE_BUNDLE,
     Descriptor,
@@ -123,3 +126,54 @@ def test_a_push_killed_mid_upload_resumes_where_the_registry_stopped(
     code, out, err = _pull(capsys, ref, tmp_path / "isolated", trust_file(tmp_path, key))
     assert code == 0, err
     assert json.loads(out)["verification"]["ok"]
+
+
+def test_an_untrusted_attestation_is_ignored_and_an_unsafe_path_refused(
+        tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str]) -> None:
+    key, attacker = attest.generate_key(), attest.generate_key()
+    src = Mirror.open(tmp_path / "m", create=True)
+    signed_pair(tmp_path, src, key, "pair", target_seed=14)
+    store = _store(registry, "hostile/pair")
+    res = push_bundle(src, "pair", store, "v1")
+    index = Descriptor(IMAGE_INDEX, res.index_digest, len(store.get_manifest(
+        res.index_digest, 1 << 20)[0]))
+    rec = src.load_bundle("pair")
+    st = attest.Statement.build(attest.artifact_subjects(rec.target.repo, "0" * 64,
+                                                         rec.target.commit),
+                                attest.SLSA_VSA_V1, {"verificationResult": "PASSED"})
+    line = attest.sign_statement(st, [attacker]).to_line()
+    layer = Descriptor(DSSE_ENVELOPE, f"sha256:{sha256_bytes(line)}", len(line))
+    store.push_bytes(layer.digest, line)
+    empty = f"sha256:{sha256_bytes(b'{}')}"
+    doc = dumps({"schemaVersion": 2, "mediaType": IMAGE_MANIFEST, "artifactType": DSSE_ENVELOPE,
+                 "config": {"mediaType": EMPTY_CONFIG, "digest": empty, "size": 2},
+                 "layers": [layer.to_json()], "annotations": {ANN_LINE: "1"},
+                 "subject": {"mediaType": IMAGE_INDEX, "digest": index.digest,
+                             "size": index.size}})
+    store.put_manifest(doc, IMAGE_MANIFEST, f"sha256:{sha256_bytes(doc)}", subject=index)
+    code, out, err = _pull(capsys, f"{registry.host}/hostile/pair:v1", tmp_path / "iso",
+                           trust_file(tmp_path, key))
+    assert code == 0, err
+    assert any("not signed by a trusted key" in x for x in json.loads(out)["ignored_referrers"])
+    log = Mirror.open(tmp_path / "iso").read_bundle_file("pair", "attestations.jsonl") or b""
+    assert line not in log
+
+    # an index naming a bundle file outside the bundle folder
+    meta_digest = res.manifests["bundle"]
+    meta = json.loads(store.get_manifest(meta_digest, 1 << 22)[0])
+    other = next(x for x in meta["layers"] if x["annotations"].get(
+        "org.opencontainers.image.title") not in (None, "bundle.json"))
+    other["annotations"]["org.opencontainers.image.title"] = "../../../evil"
+    evil_meta = dumps(meta)
+    evil_d = f"sha256:{sha256_bytes(evil_meta)}"
+    store.put_manifest(evil_meta, IMAGE_MANIFEST, evil_d)
+    idx = json.loads(store.get_manifest(res.index_digest, 1 << 22)[0])
+    for m in idx["manifests"]:
+        if m["digest"] == meta_digest:
+            m["digest"], m["size"] = evil_d, len(evil_meta)
+    evil_idx = dumps(idx)
+    store.put_manifest(evil_idx, IMAGE_INDEX, f"sha256:{sha256_bytes(evil_idx)}", tag="evil")
+    code, _, err = _pull(capsys, f"{registry.host}/hostile/pair:evil", tmp_path / "iso2",
+                         trust_file(tmp_path, key))
+    assert code == 3 and "unsafe path" in err
+    assert not (tmp_path / "evil").exists()

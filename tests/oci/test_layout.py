@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from specbundle import attest
+from specbundle.digest import sha256_bytes
 from specbundle.mirror import Mirror
-from specbundle.oci.media import IMAGE_INDEX
+from specbundle.oci import LayoutBackend
+from specbundle.oci.media import IMAGE_INDEX, dumps
 from tests.clihelp import run_cli
 from tests.oci.builders import signed_pair, trust_file
 
@@ -69,3 +71,14 @@ def test_import_refuses_a_layout_whose_blob_was_altered(
     assert code == 3, err
     assert cfg.sha256 in err
     assert Mirror.open(dst).bundle_names() == []
+
+
+def test_import_refuses_an_oversized_manifest_before_parsing_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    layout = LayoutBackend(tmp_path / "layout")
+    big = dumps({"schemaVersion": 2, "mediaType": IMAGE_INDEX, "pad": "x" * (5 << 20)})
+    layout.put_manifest(big, IMAGE_INDEX, f"sha256:{sha256_bytes(big)}", tag="big")
+    code, _, err = run_cli(capsys, "oci", "import", str(tmp_path / "layout"), "--mirror",
+                           str(tmp_path / "iso"), "--trust",
+                           str(trust_file(tmp_path, attest.generate_key())))
+    assert code == 3 and "larger than" in err

@@ -93,3 +93,28 @@ def test_second_bundle_sharing_the_draft_uploads_no_draft_blob(
     third = push_bundle(src, "two", other, "two")
     assert third.blobs_uploaded == 0
     assert third.blobs_mounted == len(src.load_bundle("two").referenced_blobs())
+
+
+def test_a_moved_tag_is_reported(tmp_path: Path, registry: Registry,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    key = attest.generate_key()
+    src = Mirror.open(tmp_path / "m", create=True)
+    signed_pair(tmp_path, src, key, "first", target_seed=51)
+    signed_pair(tmp_path, src, key, "second", target_seed=52)
+    store = _store(registry, "moving/pair")
+    one = push_bundle(src, "first", store, "stable")
+    trust = trust_file(tmp_path, key)
+    pull = ["oci", "pull", f"{registry.host}/moving/pair:stable", "--mirror",
+            str(tmp_path / "iso"), "--trust", str(trust), "--plain-http", "--json"]
+    code, out, err = run_cli(capsys, *pull)
+    assert code == 0, err
+    assert json.loads(out)["tag_moved_from"] is None
+    two = push_bundle(src, "second", store, "stable")  # someone re-points the tag
+    code, out, err = run_cli(capsys, *pull)
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["tag_moved_from"] == one.index_digest
+    assert res["index_digest"] == two.index_digest and res["bundle"] == "second"
+    events = [e for e in Mirror.open(tmp_path / "iso").read_events()
+              if e["type"] == "oci-tag-moved"]
+    assert events[-1]["data"]["from"] == one.index_digest
