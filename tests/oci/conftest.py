@@ -8,8 +8,6 @@ import pytest
 
 from tests.oci.registry import Registry, registry_available, run_registry
 
-pytestmark = pytest.mark.skipif(not registry_available(), reason="docker-registry not installed")
-
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:

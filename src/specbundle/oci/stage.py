@@ -200,7 +200,8 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
         raise VerificationError(f"mirror already holds a different bundle named {rec.name!r}; "
                                 "refusing to replace it", hint="pull into another mirror")
     ignored: list[str] = []
-    staging = Mirror.open(mirror.tmp_dir / f"oci-{fetched.source[:24]}", create=True)
+    staging = Mirror.open(
+        mirror.tmp_dir / f"oci-{fetched.source.removeprefix('sha256:')[:24]}", create=True)
     for rel, data in sorted(fetched.meta_files.items()):
         safe_rel(rel, "bundle file")
         if rel.startswith(_RESERVED):
