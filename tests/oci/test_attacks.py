@@ -135,8 +135,8 @@ def test_an_untrusted_attestation_is_ignored_and_an_unsafe_path_refused(
     signed_pair(tmp_path, src, key, "pair", target_seed=14)
     store = _store(registry, "hostile/pair")
     res = push_bundle(src, "pair", store, "v1")
-    index = Descriptor(IMAGE_INDEX, res.index_digest, len(store.get_manifest(
-        res.index_digest, 1 << 20)[0]))
+    index = Descriptor(IMAGE_MANIFEST, res.manifests["bundle"], len(store.get_manifest(
+        res.manifests["bundle"], 1 << 20)[0]))
     rec = src.load_bundle("pair")
     st = attest.Statement.build(attest.artifact_subjects(rec.target.repo, "0" * 64,
                                                          rec.target.commit),
@@ -148,7 +148,7 @@ def test_an_untrusted_attestation_is_ignored_and_an_unsafe_path_refused(
     doc = dumps({"schemaVersion": 2, "mediaType": IMAGE_MANIFEST, "artifactType": DSSE_ENVELOPE,
                  "config": {"mediaType": EMPTY_CONFIG, "digest": empty, "size": 2},
                  "layers": [layer.to_json()], "annotations": {ANN_LINE: "1"},
-                 "subject": {"mediaType": IMAGE_INDEX, "digest": index.digest,
+                 "subject": {"mediaType": IMAGE_MANIFEST, "digest": index.digest,
                              "size": index.size}})
     store.put_manifest(doc, IMAGE_MANIFEST, f"sha256:{sha256_bytes(doc)}", subject=index)
     code, out, err = _pull(capsys, f"{registry.host}/hostile/pair:v1", tmp_path / "iso",

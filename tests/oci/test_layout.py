@@ -15,6 +15,7 @@ from specbundle.oci import LayoutBackend
 from specbundle.oci.media import IMAGE_INDEX, dumps
 from tests.clihelp import run_cli
 from tests.oci.builders import signed_pair, trust_file
+from tests.oci.registry import Registry
 
 
 def test_export_layout_copy_with_skopeo_then_import_offline(
@@ -51,6 +52,10 @@ def test_export_layout_copy_with_skopeo_then_import_offline(
                              "--trust", str(trust_file(tmp_path, key)), "--json")
     assert code == 0, err
     assert json.loads(out)["verification"]["ok"]
+    # signatures and every attestation line came through skopeo's copies of the fallback tags
+    iso = Mirror.open(tmp_path / "iso")
+    for rel in ("sign/target/model.sig", "sign/draft/model.sig", "attestations.jsonl"):
+        assert iso.read_bundle_file("pair", rel) == src.read_bundle_file("pair", rel), rel
     assert Mirror.open(dst).load_bundle("pair") == src.load_bundle("pair")
 
 
@@ -82,3 +87,34 @@ def test_import_refuses_an_oversized_manifest_before_parsing_it(
                            str(tmp_path / "iso"), "--trust",
                            str(trust_file(tmp_path, attest.generate_key())))
     assert code == 3 and "larger than" in err
+
+
+def test_skopeo_carries_the_layout_into_a_registry_and_pull_verifies_it(
+        tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str]) -> None:
+    key = attest.generate_key()
+    src = Mirror.open(tmp_path / "m", create=True)
+    signed_pair(tmp_path, src, key, "pair", target_seed=23)
+    out_dir = tmp_path / "layout"
+    code, _, err = run_cli(capsys, "oci", "export", "pair", "--to", str(out_dir), "--mirror",
+                           str(src.root))
+    assert code == 0, err
+    tags = [m["annotations"]["org.opencontainers.image.ref.name"]
+            for m in json.loads((out_dir / "index.json").read_text())["manifests"]
+            if "annotations" in m]
+    assert "pair" in tags and any(t.startswith("sha256-") for t in tags)  # referrer tags
+    dest = f"{registry.host}/carried/pair"
+    # what `skopeo sync` or registry replication of every tag does; skopeo 1.9 re-serialises
+    # the index (dropping artifactType), which is why nothing trusted hangs off the index
+    for tag in tags:
+        subprocess.run(["skopeo", "copy", "--all", "--quiet", "--dest-tls-verify=false",
+                        f"oci:{out_dir}:{tag}", f"docker://{dest}:{tag}"], check=True,
+                       capture_output=True)
+    code, out, err = run_cli(capsys, "oci", "pull", f"{dest}:pair", "--mirror",
+                             str(tmp_path / "iso"), "--trust", str(trust_file(tmp_path, key)),
+                             "--plain-http", "--json")
+    assert code == 0, err
+    assert json.loads(out)["verification"]["ok"]
+    # signatures and every attestation line came through skopeo's copies of the fallback tags
+    iso = Mirror.open(tmp_path / "iso")
+    for rel in ("sign/target/model.sig", "sign/draft/model.sig", "attestations.jsonl"):
+        assert iso.read_bundle_file("pair", rel) == src.read_bundle_file("pair", rel), rel

@@ -8,16 +8,17 @@ never know which one they have, so the layout path and the registry path share e
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from specbundle.errors import VerificationError
-from specbundle.oci.media import Descriptor
+from specbundle.oci.media import IMAGE_INDEX, Descriptor, dumps
 
-__all__ = ["Backend", "BlobPush", "Progress", "bounded"]
+__all__ = ["Backend", "BlobPush", "Progress", "bounded", "fallback_tag", "with_referrer"]
 
 Progress = Callable[[int], None]
 
@@ -42,6 +43,25 @@ def bounded(blocks: Iterable[bytes], size: int, what: str) -> Iterator[bytes]:
         if n > size:
             raise VerificationError(f"{what} is larger than its descriptor says ({size} B)")
         yield b
+
+
+def fallback_tag(subject: Descriptor) -> str:
+    """The OCI 1.1 referrers tag schema: ``sha256-<hex>`` names the subject's referrers."""
+    return f"sha256-{subject.hex}"
+
+
+def with_referrer(existing: list[dict[str, Any]], data: bytes, media_type: str,
+                  digest: str) -> bytes | None:
+    """The fallback-tag index listing ``existing`` plus this manifest (None: already there)."""
+    if any(d.get("digest") == digest for d in existing):
+        return None
+    doc = json.loads(data)
+    entry: dict[str, Any] = {"mediaType": media_type, "digest": digest, "size": len(data)}
+    if doc.get("artifactType"):
+        entry["artifactType"] = doc["artifactType"]
+    if doc.get("annotations"):
+        entry["annotations"] = doc["annotations"]
+    return dumps({"schemaVersion": 2, "mediaType": IMAGE_INDEX, "manifests": [*existing, entry]})
 
 
 class Backend(Protocol):

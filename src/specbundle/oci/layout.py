@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -20,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from specbundle._fsutil import atomic_write_bytes
+from specbundle.digest import sha256_bytes
 from specbundle.errors import MirrorError, SourceUnavailable, UsageError, VerificationError
-from specbundle.oci.backend import BlobPush, Progress, bounded
+from specbundle.oci.backend import BlobPush, Progress, bounded, fallback_tag, with_referrer
 from specbundle.oci.media import ANN_REF_NAME, IMAGE_INDEX, MAX_MANIFEST_BYTES, Descriptor, dumps
 from specbundle.oci.ref import valid_tag
 from specbundle.strict import MalformedDocument, loads_json, read_bounded
@@ -31,6 +33,7 @@ __all__ = ["LayoutBackend"]
 _BLOCK = 4 * 1024 * 1024
 _LAYOUT = b'{"imageLayoutVersion":"1.0.0"}'
 _MAX_INDEX = 16 * 1024 * 1024
+_FALLBACK = re.compile(r"^sha256-[0-9a-f]{64}$")
 
 
 class LayoutBackend:
@@ -126,6 +129,16 @@ class LayoutBackend:
             keep.append(entry)
         index["manifests"] = keep
         atomic_write_bytes(self.root / "index.json", dumps(index))
+        if subject is not None:  # also the fallback tag, so `skopeo copy` of it carries them
+            tag_name = fallback_tag(subject)
+            try:
+                raw, _ = self.get_manifest(tag_name, MAX_MANIFEST_BYTES)
+                existing = [m for m in loads_json(raw)["manifests"] if isinstance(m, dict)]
+            except (SourceUnavailable, MalformedDocument, KeyError, TypeError):
+                existing = []
+            new = with_referrer(existing, data, media_type, digest)
+            if new is not None:
+                self.put_manifest(new, IMAGE_INDEX, f"sha256:{sha256_bytes(new)}", tag=tag_name)
 
     def get_manifest(self, reference: str, max_bytes: int) -> tuple[bytes, str]:
         """A manifest by tag (``index.json``) or digest (the blob)."""
@@ -169,11 +182,16 @@ class LayoutBackend:
                     doc.get("annotations") or {}), doc.get("artifactType")))
         return out
 
+    def _fallbacks(self) -> set[str]:
+        return {str((m.get("annotations") or {}).get(ANN_REF_NAME))
+                for m in self._index()["manifests"] if isinstance(m, dict)
+                and _FALLBACK.match(str((m.get("annotations") or {}).get(ANN_REF_NAME, "")))}
+
     def only_tag(self) -> str:
         """The one tag of a layout that has exactly one (else the caller must name it)."""
         tags = sorted({str((m.get("annotations") or {}).get(ANN_REF_NAME))
                        for m in self._index()["manifests"] if isinstance(m, dict)
-                       and (m.get("annotations") or {}).get(ANN_REF_NAME)})
+                       and (m.get("annotations") or {}).get(ANN_REF_NAME)} - self._fallbacks())
         if len(tags) != 1:
             raise UsageError(f"{self.name} has {len(tags)} tags ({', '.join(tags[:5])})",
                              hint="name one with --tag")

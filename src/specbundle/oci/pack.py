@@ -169,9 +169,11 @@ def pack_bundle(c: BundleContents) -> Packed:
         b = _blob(line, DSSE_ENVELOPE)
         small.append(b)
         ann = {ANN_LINE: str(i + 1), ANN_PREDICATE: _predicate_type(line)}
+        # subject: the metadata manifest, not the index: tools that re-serialise an index
+        # (skopeo 1.9 drops artifactType and annotations) keep image manifests byte-exact
         referrers.append(_doc(_manifest(DSSE_ENVELOPE, empty, [b.descriptor],
-                                        subject=index.descriptor, annotations=ann),
-                              IMAGE_MANIFEST, ann, DSSE_ENVELOPE, index.descriptor))
+                                        subject=meta.descriptor, annotations=ann),
+                              IMAGE_MANIFEST, ann, DSSE_ENVELOPE, meta.descriptor))
     return Packed(tuple(small), tuple(manifests), index, tuple(referrers))
 
 

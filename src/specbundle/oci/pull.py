@@ -115,7 +115,9 @@ def _small_blob(store: Backend, d: Descriptor, what: str) -> bytes:
 
 def _referrers(store: Backend, subject: Descriptor, kind: str) -> list[tuple[Descriptor, bytes]]:
     """Each referrer of ``subject`` of artifact type ``kind`` and its one layer's bytes."""
-    found = [d for d in store.referrers(subject, MAX_MANIFEST_BYTES) if d.artifact_type == kind]
+    # a listing without artifactType (re-serialised by an old copier) is checked in the manifest
+    found = [d for d in store.referrers(subject, MAX_MANIFEST_BYTES)
+             if d.artifact_type in (kind, None)]
     if len(found) > _MAX_REFERRERS:
         raise VerificationError(f"{len(found)} referrers of {subject.digest}: over the limit")
     out = []
@@ -137,7 +139,10 @@ def _line(d: Descriptor) -> tuple[int, str]:
 
 
 def _fetch(store: Backend, index_digest: str, index: dict[str, Any]) -> Fetched:
-    if index.get("mediaType") != IMAGE_INDEX or index.get("artifactType") != BUNDLE_INDEX_ARTIFACT:
+    # artifactType may be missing: skopeo 1.9 re-serialises an index without it. The index is
+    # only a pointer; everything trusted comes from the verified bundle.
+    if index.get("mediaType") != IMAGE_INDEX or \
+            index.get("artifactType", BUNDLE_INDEX_ARTIFACT) != BUNDLE_INDEX_ARTIFACT:
         raise VerificationError("the reference is not a specbundle bundle index")
     raw = index.get("manifests")
     if not isinstance(raw, list) or len(raw) > 8:
@@ -176,8 +181,7 @@ def _fetch(store: Backend, index_digest: str, index: dict[str, Any]) -> Fetched:
                                         f"{layer.media_type[:80]!r}")
         if role != "bundle":
             sigs[role] = [b for _, b in _referrers(store, d, SIGSTORE_BUNDLE)]
-    subject = Descriptor(IMAGE_INDEX, index_digest, 0)
-    envs = sorted(_referrers(store, subject, DSSE_ENVELOPE), key=lambda r: _line(r[0]))
+    envs = sorted(_referrers(store, by_role["bundle"], DSSE_ENVELOPE), key=lambda r: _line(r[0]))
     return Fetched(index_digest, meta, sigs, [b for _, b in envs], objects)
 
 

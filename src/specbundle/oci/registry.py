@@ -30,9 +30,9 @@ from specbundle import _faults
 from specbundle._fsutil import atomic_write_bytes
 from specbundle.errors import MirrorError, SourceUnavailable, UsageError, VerificationError
 from specbundle.oci.auth import Credentials
-from specbundle.oci.backend import BlobPush, Progress, bounded
+from specbundle.oci.backend import BlobPush, Progress, bounded, fallback_tag, with_referrer
 from specbundle.oci.blobget import stream_get
-from specbundle.oci.media import IMAGE_INDEX, IMAGE_MANIFEST, Descriptor, dumps
+from specbundle.oci.media import IMAGE_INDEX, IMAGE_MANIFEST, MAX_MANIFEST_BYTES, Descriptor, dumps
 from specbundle.oci.ref import Reference, is_loopback
 from specbundle.strict import MalformedDocument, loads_json
 
@@ -415,20 +415,12 @@ class RegistryBackend:
         Read-modify-write without a lock: two pushers racing on one subject can lose an
         entry (the spec's known limit); a rerun of push adds it back.
         """
-        tag = f"sha256-{subject.hex}"
-        existing = self._fallback_list(tag, 4 * 1024 * 1024)
-        if any(d.get("digest") == digest for d in existing):
-            return
-        doc = json.loads(data)
-        entry: dict[str, Any] = {"mediaType": media_type, "digest": digest, "size": len(data)}
-        if doc.get("artifactType"):
-            entry["artifactType"] = doc["artifactType"]
-        if doc.get("annotations"):
-            entry["annotations"] = doc["annotations"]
-        index = dumps({"schemaVersion": 2, "mediaType": IMAGE_INDEX,
-                       "manifests": [*existing, entry]})
-        self._req("PUT", f"/v2/{self.repo}/manifests/{tag}", content=index,
-                  headers={"Content-Type": IMAGE_INDEX}, ok=(201,))
+        tag = fallback_tag(subject)
+        index = with_referrer(self._fallback_list(tag, MAX_MANIFEST_BYTES), data, media_type,
+                              digest)
+        if index is not None:
+            self._req("PUT", f"/v2/{self.repo}/manifests/{tag}", content=index,
+                      headers={"Content-Type": IMAGE_INDEX}, ok=(201,))
 
     def _fallback_list(self, tag: str, max_bytes: int) -> list[dict[str, Any]]:
         try:
@@ -485,7 +477,7 @@ class RegistryBackend:
                 raise VerificationError(f"{self.name}: referrers list malformed: {err}"
                                         ) from None
         else:
-            raw = self._fallback_list(f"sha256-{subject.hex}", max_bytes)
+            raw = self._fallback_list(fallback_tag(subject), max_bytes)
         if not isinstance(raw, list):
             raise VerificationError(f"{self.name}: referrers list malformed")
         return [Descriptor.from_json(d, f"referrer of {subject.digest}") for d in raw]
