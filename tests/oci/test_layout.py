@@ -52,10 +52,6 @@ def test_export_layout_copy_with_skopeo_then_import_offline(
                              "--trust", str(trust_file(tmp_path, key)), "--json")
     assert code == 0, err
     assert json.loads(out)["verification"]["ok"]
-    # signatures and every attestation line came through skopeo's copies of the fallback tags
-    iso = Mirror.open(tmp_path / "iso")
-    for rel in ("sign/target/model.sig", "sign/draft/model.sig", "attestations.jsonl"):
-        assert iso.read_bundle_file("pair", rel) == src.read_bundle_file("pair", rel), rel
     assert Mirror.open(dst).load_bundle("pair") == src.load_bundle("pair")
 
 
