@@ -63,15 +63,17 @@ def test_a_tampered_blob_in_registry_storage_is_refused_with_exit_3(
     assert not Mirror.open(dst).has_object(weights.sha256)
 
 
-def _forged_sig_referrer(store: RegistryBackend, subject: Descriptor, sig: bytes) -> None:
+def _push_referrer(store: RegistryBackend, subject: Descriptor, kind: str, data: bytes,
+                   annotations: dict[str, str]) -> None:
+    """What anyone with push rights can add: a manifest of type ``kind`` about ``subject``."""
     empty = store.push_bytes(f"sha256:{sha256_bytes(b'{}')}", b"{}")
-    layer = Descriptor(SIGSTORE_BUNDLE, f"sha256:{sha256_bytes(sig)}", len(sig))
-    store.push_bytes(layer.digest, sig)
-    doc = dumps({"schemaVersion": 2, "mediaType": IMAGE_MANIFEST, "artifactType": SIGSTORE_BUNDLE,
+    layer = Descriptor(kind, f"sha256:{sha256_bytes(data)}", len(data))
+    store.push_bytes(layer.digest, data)
+    doc = dumps({"schemaVersion": 2, "mediaType": IMAGE_MANIFEST, "artifactType": kind,
                  "config": {"mediaType": EMPTY_CONFIG, "digest": empty.digest, "size": 2},
-                 "layers": [layer.to_json()],
+                 "layers": [layer.to_json()], "annotations": annotations,
                  "subject": {"mediaType": subject.media_type, "digest": subject.digest,
-                             "size": subject.size}, "annotations": {ANN_ROLE: "target"}})
+                             "size": subject.size}})
     store.put_manifest(doc, IMAGE_MANIFEST, f"sha256:{sha256_bytes(doc)}", subject=subject)
 
 
@@ -88,7 +90,8 @@ def test_a_referrer_signed_by_an_untrusted_key_is_ignored(
     # and adds a DSSE statement of their own to the bundle index
     manifest = attest.open_model_sig(src.read_bundle_file("pair", model_sig_rel("target"))
                                      or b"", key.public)
-    _forged_sig_referrer(store, target, attest.build_model_sig(manifest, attacker))
+    _push_referrer(store, target, SIGSTORE_BUNDLE, attest.build_model_sig(manifest, attacker),
+                   {ANN_ROLE: "target"})
     trust = trust_file(tmp_path, key)
     dst = tmp_path / "isolated"
     code, out, err = _pull(capsys, f"{registry.host}/forged/pair:v1", dst, trust)
@@ -142,15 +145,7 @@ def test_an_untrusted_attestation_is_ignored_and_an_unsafe_path_refused(
                                                          rec.target.commit),
                                 attest.SLSA_VSA_V1, {"verificationResult": "PASSED"})
     line = attest.sign_statement(st, [attacker]).to_line()
-    layer = Descriptor(DSSE_ENVELOPE, f"sha256:{sha256_bytes(line)}", len(line))
-    store.push_bytes(layer.digest, line)
-    empty = f"sha256:{sha256_bytes(b'{}')}"
-    doc = dumps({"schemaVersion": 2, "mediaType": IMAGE_MANIFEST, "artifactType": DSSE_ENVELOPE,
-                 "config": {"mediaType": EMPTY_CONFIG, "digest": empty, "size": 2},
-                 "layers": [layer.to_json()], "annotations": {ANN_LINE: "1"},
-                 "subject": {"mediaType": IMAGE_MANIFEST, "digest": index.digest,
-                             "size": index.size}})
-    store.put_manifest(doc, IMAGE_MANIFEST, f"sha256:{sha256_bytes(doc)}", subject=index)
+    _push_referrer(store, index, DSSE_ENVELOPE, line, {ANN_LINE: "1"})
     code, out, err = _pull(capsys, f"{registry.host}/hostile/pair:v1", tmp_path / "iso",
                            trust_file(tmp_path, key))
     assert code == 0, err

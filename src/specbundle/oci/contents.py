@@ -8,7 +8,7 @@ it (the record with spec and pairing, the scan report, rendered manifests).
 
 When the custody work lands (one signed bundle manifest per version, verified into a
 ``VerifiedBundle``), re-point this module: add the manifest to :attr:`BundleContents.signed`
-(as a referrer of the bundle index) and derive :attr:`objects` from it instead of the record.
+(as a referrer of the metadata manifest, like the DSSE lines) and derive :attr:`objects` from it instead of the record.
 :mod:`specbundle.oci.stage` is the matching pull-side seam.
 """
 

@@ -161,6 +161,15 @@ class ComposeTarget:
         return (RenderedFile("compose.yaml", text),)
 
 
+def _k8s_labels(app: str, meta: RenderMeta) -> tuple[tuple[str, str], ...]:
+    return (
+        ("app.kubernetes.io/name", "specbundle"),
+        ("app.kubernetes.io/instance", app),
+        ("app.kubernetes.io/component", meta.engine.value),
+        ("specbundle.dev/bundle", meta.bundle),
+    )
+
+
 class KubernetesTarget:
     """Deployment + Service + egress-denying NetworkPolicy."""
 
@@ -172,12 +181,7 @@ class KubernetesTarget:
     ) -> tuple[RenderedFile, ...]:
         """One multi-document YAML file."""
         app = resource_name(meta)
-        labels = (
-            ("app.kubernetes.io/name", "specbundle"),
-            ("app.kubernetes.io/instance", app),
-            ("app.kubernetes.io/component", meta.engine.value),
-            ("specbundle.dev/bundle", meta.bundle),
-        )
+        labels = _k8s_labels(app, meta)
         text = _render("kubernetes/kubernetes.yaml.j2", cmd=command, meta=meta, app=app,
                        labels=labels, container_argv=_container_argv(command))
         return (RenderedFile("kubernetes.yaml", text),)
@@ -235,12 +239,7 @@ class KubernetesOciTarget:
     ) -> tuple[RenderedFile, ...]:
         """``kubernetes.yaml`` (serving) and ``bench-job.yaml`` (when a tool image is set)."""
         app = resource_name(meta)
-        labels = (
-            ("app.kubernetes.io/name", "specbundle"),
-            ("app.kubernetes.io/instance", app),
-            ("app.kubernetes.io/component", meta.engine.value),
-            ("specbundle.dev/bundle", meta.bundle),
-        )
+        labels = _k8s_labels(app, meta)
         refs = dict(self.source.models)
         volumes = [(role, refs[role], path) for role, path in self._paths(command).items()]
         oci = {"volumes": volumes, "index": self.source.index, "init": self.source.init_container,
