@@ -172,3 +172,26 @@ def test_an_untrusted_attestation_is_ignored_and_an_unsafe_path_refused(
                          trust_file(tmp_path, key))
     assert code == 3 and "unsafe path" in err
     assert not (tmp_path / "evil").exists()
+
+
+@pytest.mark.parametrize("point", ["oci.pull-object-staged:2", "oci.pull-object-committed:2",
+                                   "oci.pull-files-written"])
+def test_a_pull_killed_anywhere_shows_nothing_and_the_rerun_completes(
+        tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str],
+        point: str) -> None:
+    key = attest.generate_key()
+    src = Mirror.open(tmp_path / "m", create=True)
+    signed_pair(tmp_path, src, key, "pair", target_seed=15)
+    ref = f"{registry.host}/killed/pair:v1"
+    push_bundle(src, "pair", _store(registry, "killed/pair"), "v1")
+    dst, trust = tmp_path / "iso", trust_file(tmp_path, key)
+    cmd = [sys.executable, "-m", "specbundle", "oci", "pull", ref, "--mirror", str(dst),
+           "--trust", str(trust), "--plain-http", "--json"]
+    killed = subprocess.run(cmd, env={**os.environ, "SPECBUNDLE_CRASH_AT": point},
+                            capture_output=True, text=True, timeout=120)
+    assert killed.returncode == 137, killed.stderr
+    assert Mirror.open(dst).bundle_names() == []
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["verification"]["ok"]
+    assert Mirror.open(dst).load_bundle("pair") == src.load_bundle("pair")

@@ -7,8 +7,9 @@ binding, bench evidence, admission decisions) plus the unsigned bundle files tha
 it (the record with spec and pairing, the scan report, rendered manifests).
 
 When the custody work lands (one signed bundle manifest per version, verified into a
-``VerifiedBundle``), re-point this module: add the manifest to :attr:`BundleContents.signed`
-(as a referrer of the metadata manifest, like the DSSE lines) and derive :attr:`objects` from it instead of the record.
+``VerifiedBundle``), re-point this module: add the manifest as one more signed file (pushed
+by :mod:`specbundle.oci.pack` as a referrer of the metadata manifest, like the DSSE lines)
+and derive :attr:`BundleContents.objects` from it instead of from the record.
 :mod:`specbundle.oci.stage` is the matching pull-side seam.
 """
 

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
+from specbundle import _faults
 from specbundle._fsutil import fsync_dir
 from specbundle.attest import ATTESTATIONS_FILE, Envelope, check_envelope, open_model_sig
 from specbundle.errors import MirrorError, VerificationError
@@ -36,6 +37,8 @@ from specbundle.strict import MalformedDocument, loads_json
 from specbundle.verify import HashedFile, TrustPolicy, VerifiedBundle, verify_bundle, write_hashed
 
 __all__ = ["Fetched", "StageResult", "stage_and_commit"]
+
+_faults.register("oci.pull-object-staged", "oci.pull-object-committed", "oci.pull-files-written")
 
 OpenBlob = Callable[[str, int], AbstractContextManager[Iterator[bytes]]]
 Progress = Callable[[int], None]
@@ -140,6 +143,7 @@ def _stage_objects(staging: Mirror, mirror: Mirror, rec: BundleRecord, fetched: 
             raise VerificationError(f"blob sha256:{sha} from the store hashes to "
                                     f"sha256:{got.sha256} ({got.size} B): refused")
         staging.put_object(tmp, sha)
+        _faults.point("oci.pull-object-staged")
         return got
 
     todo.sort(key=lambda t: -t[1])  # big first: best overlap
@@ -163,6 +167,7 @@ def _commit(staging: Mirror, mirror: Mirror, rec: BundleRecord, source: str) -> 
             dest.parent.mkdir(parents=True, exist_ok=True)
             staging.object_path(sha).replace(dest)
             fsync_dir(dest.parent)
+            _faults.point("oci.pull-object-committed")
     for art in rec.artifacts:
         mirror.link_snapshot(art)
     sroot = staging.bundle_dir(rec.name)
@@ -178,6 +183,7 @@ def _commit(staging: Mirror, mirror: Mirror, rec: BundleRecord, source: str) -> 
         prefix = b"\n" if old and not old.endswith(b"\n") else b""
         mirror.write_bundle_file(rec.name, ATTESTATIONS_FILE,
                                  old + prefix + b"\n".join(add) + b"\n")
+    _faults.point("oci.pull-files-written")
     mirror.save_bundle(rec)
     mirror.append_event("oci-pull", rec.name, {
         "index": source, "target": rec.target.commit,
