@@ -117,10 +117,14 @@ def _stage_objects(staging: Mirror, mirror: Mirror, rec: BundleRecord, fetched: 
     """Stage every object the record names; downloads run ``workers`` at a time (network,
     hashing and fsync of different objects overlap, as skopeo's parallel layer copies do)."""
     todo: list[tuple[str, int]] = []
+    recorded = {f.sha256: f.size for a in rec.artifacts for f in a.files}
     for sha in sorted(rec.referenced_blobs()):
         size = fetched.objects.get(sha)
         if size is None:
             raise VerificationError(f"the record names object {sha}, which the artifact lacks")
+        if recorded.get(sha, size) != size:  # before a byte is fetched: no disk-filling layer
+            raise VerificationError(f"object {sha} is {recorded[sha]} B in the record but "
+                                    f"{size} B in the artifact")
         if staging.has_object(sha, size):
             continue
         if mirror.has_object(sha, size):
