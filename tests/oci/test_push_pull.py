@@ -11,7 +11,14 @@ import pytest
 from specbundle import attest
 from specbundle.mirror import Mirror
 from specbundle.oci import RegistryBackend, RegistryOptions, parse_reference, push_bundle
-from specbundle.oci.media import MODEL_ARTIFACT
+from specbundle.oci.media import (
+    DOC,
+    FILEPATH,
+    MODEL_ARTIFACT,
+    MODEL_CONFIG,
+    WEIGHT,
+    WEIGHT_CONFIG,
+)
 from specbundle.verify import load_policy, verify_bundle
 from tests.clihelp import run_cli
 from tests.oci.builders import signed_pair, trust_file
@@ -66,7 +73,21 @@ def test_push_then_pull_into_an_empty_mirror_verifies_offline(
     raw = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false",
                           f"docker://{registry.host}/models/pair@{target['digest']}"],
                          capture_output=True, text=True, check=True)
-    assert json.loads(raw.stdout)["artifactType"] == MODEL_ARTIFACT
+    manifest = json.loads(raw.stdout)
+    assert manifest["artifactType"] == MODEL_ARTIFACT
+    assert manifest["config"]["mediaType"] == MODEL_CONFIG
+    assert {x["mediaType"] for x in manifest["layers"]} <= {WEIGHT, WEIGHT_CONFIG, DOC}
+    paths = [x["annotations"][FILEPATH] for x in manifest["layers"]]
+    assert sorted(paths) == sorted(f.path for f in src.load_bundle("pair").target.files)
+    # the ModelPack config: the schema's three required objects, modelfs.diffIds = layers
+    cfg = subprocess.run(["skopeo", "inspect", "--raw", "--config", "--tls-verify=false",
+                          f"docker://{registry.host}/models/pair@{target['digest']}"],
+                         capture_output=True, text=True, check=True)
+    config = json.loads(cfg.stdout)
+    assert set(config) == {"descriptor", "config", "modelfs"}
+    assert config["modelfs"] == {"type": "layers",
+                                 "diffIds": [x["digest"] for x in manifest["layers"]]}
+    assert config["descriptor"]["revision"] == src.load_bundle("pair").target.commit
 
 
 def test_second_bundle_sharing_the_draft_uploads_no_draft_blob(

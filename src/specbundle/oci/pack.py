@@ -96,7 +96,8 @@ def _manifest(artifact_type: str, config: Descriptor, layers: list[Descriptor], 
 
 
 def _model_config(art: ArtifactRecord, layers: list[Descriptor], bundle: str) -> bytes:
-    """The ModelPack config (docs/config.md): descriptor, config, modelfs of raw layers."""
+    """The ModelPack config (``schema/config-schema.json``: descriptor, config, modelfs with
+    ``diffIds``; for raw layers a DiffID is the layer digest)."""
     name = art.repo.rsplit("/", 1)[-1]
     fmt = "gguf" if any(f.path.endswith(".gguf") for f in art.files) else \
         "safetensors" if any(f.path.endswith(".safetensors") for f in art.files) else ""
@@ -106,7 +107,7 @@ def _model_config(art: ArtifactRecord, layers: list[Descriptor], bundle: str) ->
     if art.pulled_at:
         desc["createdAt"] = art.pulled_at
     return dumps({"descriptor": desc, "config": {"format": fmt} if fmt else {},
-                  "modelfs": {"type": "layers", "diff_ids": [x.digest for x in layers]}})
+                  "modelfs": {"type": "layers", "diffIds": [x.digest for x in layers]}})
 
 
 def model_manifest(art: ArtifactRecord, bundle: str) -> tuple[Blob, Doc]:
