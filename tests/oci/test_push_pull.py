@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from specbundle import attest
+from specbundle.errors import SourceUnavailable
 from specbundle.mirror import Mirror
 from specbundle.oci import RegistryBackend, RegistryOptions, parse_reference, push_bundle
 from specbundle.oci.media import (
@@ -23,6 +24,7 @@ from specbundle.verify import load_policy, verify_bundle
 from tests.clihelp import run_cli
 from tests.oci.builders import signed_pair, trust_file
 from tests.oci.registry import Registry
+from tests.sign.helpers import pulled_bundle
 
 
 def _store(registry: Registry, repo: str) -> RegistryBackend:
@@ -139,3 +141,15 @@ def test_a_moved_tag_is_reported(tmp_path: Path, registry: Registry,
     events = [e for e in Mirror.open(tmp_path / "iso").read_events()
               if e["type"] == "oci-tag-moved"]
     assert events[-1]["data"]["from"] == one.index_digest
+
+
+def test_an_unsigned_bundle_is_not_pushed(tmp_path: Path, registry: Registry,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    mirror = Mirror.open(tmp_path / "m", create=True)
+    pulled_bundle(tmp_path, mirror, "raw")
+    code, _, err = run_cli(capsys, "oci", "push", "raw", f"{registry.host}/unsigned/raw:v1",
+                           "--mirror", str(mirror.root), "--plain-http")
+    assert code == 2 and "not signed" in err
+    store = _store(registry, "unsigned/raw")
+    with pytest.raises(SourceUnavailable):
+        store.get_manifest("v1", 1 << 20)  # nothing was written
