@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify-model": ("verify_model", "Verify a model directory's model.sig (exit 3 if not)."),
     "export": ("export", "Write a signed, self-contained transfer set for the air gap."),
     "import": ("import_", "Verify a transfer set completely, then add it to the mirror."),
+    "oci": ("oci", "Push/pull bundles as signed ModelPack artifacts (OCI registry or layout)."),
     "verify": ("verify", "Verify a bundle against a trust policy (exit 3 on failure)."),
     "lint": ("lint", "Lint a bundle or bundle.yaml for speculative-decoding pitfalls."),
     "render": ("render", "Render offline serve manifests for one engine and target."),

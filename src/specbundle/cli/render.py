@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -10,6 +11,7 @@ from rich.markup import escape
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json, print_table
 from specbundle.cli.verify import trust_option, verified_record
+from specbundle.errors import UsageError
 from specbundle.render import TARGETS, LintReport, render_bundle
 from specbundle.spec import EngineName
 
@@ -48,17 +50,38 @@ def show_findings(report: LintReport) -> None:
 @click.option("--allow-unpinned-image", is_flag=True,
               help="Render compose/kubernetes with an image not pinned by digest (warning).")
 @trust_option
+@click.option("--model-source", type=click.Choice(["mirror", "oci"]), default="mirror",
+              show_default=True, help="kubernetes: models from the mirror (hostPath) or from "
+              "a registry (image volumes pinned by digest; see `specbundle oci`).")
+@click.option("--oci-repo", default=None, metavar="REGISTRY/REPO",
+              help="With --model-source oci: the repository the bundle was pushed to.")
+@click.option("--oci-tool-image", default=None, metavar="REF@sha256:HEX",
+              help="With --model-source oci: an image with specbundle (init-container, "
+              "benchmark Job).")
+@click.option("--oci-init-container", is_flag=True,
+              help="With --model-source oci: pull+verify in an init-container instead of "
+              "image volumes (clusters before Kubernetes 1.31).")
 @mirror_option
 @json_option
 def command(bundle: str, engine: str, target: str, out_dir: Path | None,
             image_digest: str | None, image: str | None, allow_unpinned_image: bool,
-            trust: Path | None, mirror_dir: Path | None, as_json: bool) -> None:
+            trust: Path | None, model_source: str, oci_repo: str | None,
+            oci_tool_image: str | None, oci_init_container: bool, mirror_dir: Path | None,
+            as_json: bool) -> None:
     """Render BUNDLE's serve manifests for one engine and target; lint errors block (exit 2)."""
+    if model_source == "oci" and (target != "kubernetes" or not oci_repo):
+        raise UsageError("--model-source oci renders --target kubernetes and needs --oci-repo")
     mirror = open_mirror(mirror_dir)
     record = verified_record(mirror, bundle, trust)
     res = render_bundle(mirror, bundle, engine, target, out_dir, image=image,
                         image_digest=image_digest, allow_unpinned_image=allow_unpinned_image,
                         record=record)
+    if model_source == "oci" and oci_repo:
+        from specbundle.cli.oci import render_from_registry
+
+        extra = render_from_registry(mirror, res, oci_repo, tool_image=oci_tool_image,
+                                     init_container=oci_init_container, plain_http=False)
+        res = dataclasses.replace(res, files=tuple(dict.fromkeys((*res.files, *extra))))
     if as_json:
         print_json(res.to_json())
         return

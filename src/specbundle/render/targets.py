@@ -13,13 +13,14 @@ import importlib.resources
 import json
 import re
 import shlex
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-from specbundle.errors import EnvironmentProblem
+from specbundle.errors import EnvironmentProblem, RenderError
 from specbundle.render.interface import (
     DeployTarget,
     RenderedFile,
@@ -30,7 +31,9 @@ from specbundle.render.interface import (
 __all__ = [
     "TARGETS",
     "ComposeTarget",
+    "KubernetesOciTarget",
     "KubernetesTarget",
+    "OciModelSource",
     "ShellTarget",
     "SystemdTarget",
     "resource_name",
@@ -158,6 +161,15 @@ class ComposeTarget:
         return (RenderedFile("compose.yaml", text),)
 
 
+def _k8s_labels(app: str, meta: RenderMeta) -> tuple[tuple[str, str], ...]:
+    return (
+        ("app.kubernetes.io/name", "specbundle"),
+        ("app.kubernetes.io/instance", app),
+        ("app.kubernetes.io/component", meta.engine.value),
+        ("specbundle.dev/bundle", meta.bundle),
+    )
+
+
 class KubernetesTarget:
     """Deployment + Service + egress-denying NetworkPolicy."""
 
@@ -169,15 +181,79 @@ class KubernetesTarget:
     ) -> tuple[RenderedFile, ...]:
         """One multi-document YAML file."""
         app = resource_name(meta)
-        labels = (
-            ("app.kubernetes.io/name", "specbundle"),
-            ("app.kubernetes.io/instance", app),
-            ("app.kubernetes.io/component", meta.engine.value),
-            ("specbundle.dev/bundle", meta.bundle),
-        )
+        labels = _k8s_labels(app, meta)
         text = _render("kubernetes/kubernetes.yaml.j2", cmd=command, meta=meta, app=app,
                        labels=labels, container_argv=_container_argv(command))
         return (RenderedFile("kubernetes.yaml", text),)
+
+
+@dataclass(frozen=True)
+class OciModelSource:
+    """Where a cluster pulls the models from: ModelPack artifacts pinned by digest.
+
+    ``models`` maps role -> ``registry/repo@sha256:...`` of its ModelPack manifest; ``index``
+    is the bundle index (what the init-container and the benchmark Job pull and verify);
+    ``tool_image`` is an image with specbundle (and, for the Job, the engine), by digest.
+    """
+
+    models: tuple[tuple[str, str], ...]
+    index: str
+    tool_image: str | None = None
+    init_container: bool = False
+    plain_http: bool = False
+
+
+def _registry_port(ref: str) -> int:
+    host = ref.split("/", 1)[0]
+    port = host.rsplit(":", 1)[1] if ":" in host and not host.endswith("]") else ""
+    return int(port) if port.isdigit() else 443
+
+
+class KubernetesOciTarget:
+    """Kubernetes with models from a registry: read-only ``image`` volumes (1.31+), or an
+    init-container that pulls and verifies the bundle into an emptyDir for older clusters;
+    plus a benchmark Job that attaches its report to the bundle as a referrer."""
+
+    name = "kubernetes"
+    uses_image = True
+
+    def __init__(self, source: OciModelSource) -> None:
+        if source.init_container and not source.tool_image:
+            raise RenderError("the init-container variant needs --oci-tool-image "
+                              "(an image with specbundle, pinned by digest)")
+        self.source = source
+
+    def _paths(self, command: ServeCommand) -> dict[str, str]:
+        paths = {"target": str(command.target_path)}
+        if command.draft_path is not None and command.speculation:
+            paths["draft"] = str(command.draft_path)
+        root = _mirror_root(command)
+        for a in command.args:
+            if a.startswith(root) and not any(a.startswith(p) for p in paths.values()):
+                raise RenderError(f"the command reads {a} from the mirror, which an image "
+                                  "volume does not provide", hint="use --model-source mirror")
+        return paths
+
+    def render(
+        self, command: ServeCommand, baseline: ServeCommand, meta: RenderMeta
+    ) -> tuple[RenderedFile, ...]:
+        """``kubernetes.yaml`` (serving) and ``bench-job.yaml`` (when a tool image is set)."""
+        app = resource_name(meta)
+        labels = _k8s_labels(app, meta)
+        refs = dict(self.source.models)
+        volumes = [(role, refs[role], path) for role, path in self._paths(command).items()]
+        oci = {"volumes": volumes, "index": self.source.index, "init": self.source.init_container,
+               "tool_image": self.source.tool_image, "mirror_root": _mirror_root(command),
+               "plain_http": self.source.plain_http, "registry_port": _registry_port(
+                   self.source.index)}
+        text = _render("kubernetes/kubernetes.yaml.j2", cmd=command, meta=meta, app=app,
+                       labels=labels, container_argv=_container_argv(command), oci=oci)
+        files = [RenderedFile("kubernetes.yaml", text)]
+        if self.source.tool_image:
+            files.append(RenderedFile("bench-job.yaml", _render(
+                "kubernetes/bench-job.yaml.j2", cmd=command, meta=meta, app=app, labels=labels,
+                oci=oci)))
+        return tuple(files)
 
 
 class SystemdTarget:
