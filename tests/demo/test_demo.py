@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from specbundle.mirror import Mirror
+from specbundle.mirror.versions import current_version, model_sig_rel, read_version_file
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -37,7 +38,9 @@ def test_demo_runs_every_stage(tmp_path: Path) -> None:
     rec = m.load_bundle("demo")
     assert rec.target.commit == stages["publish"]["target_commit"]
     assert rec.draft is not None and rec.draft.commit == stages["publish"]["draft_commit"]
-    assert (m.bundle_dir("demo") / "sign" / "draft" / "model.sig").is_file()
+    version = current_version(m, "demo")
+    assert version is not None
+    assert read_version_file(m, "demo", version, model_sig_rel("draft")) is not None
     # past the air gap: a separate mirror that only the transfer set filled
     iso = Mirror.open(work / "isolated" / "mirror")
     assert stages["import"]["status"] == "imported"
