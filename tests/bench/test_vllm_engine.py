@@ -89,7 +89,8 @@ def box(tmp_path_factory: pytest.TempPathFactory, vllm_bin: Path) -> Box:
     m = make_models(root / "models")
     mirror = Mirror.open(root / "mirror", create=True)
     docs = [
-        vllm_doc("vgood", m.target, m.good.draft_dir, k=3, extra_args=PRM, admission=ADMISSION),
+        vllm_doc("vgood", m.target, m.good.draft_dir, k=3, extra_args=PRM, admission=ADMISSION,
+                 bench={"rounds": 4}),  # servers by URL: more rounds cost no boots
         vllm_doc("vbad", m.target, m.bad.draft_dir, k=3, extra_args=PRM, admission=ADMISSION),
         vllm_doc("veagle3", m.target, m.eagle3, method="eagle3", k=3),
         vllm_doc("veagle", m.target, m.eagle1, method="eagle", k=2),
