@@ -242,8 +242,8 @@ def _isolated_side(transfer: Path, spec: BundleSpec, work: Path, run: _Run,
                            "and trust policy ok (offline)")
     with run.stage("render") as info:
         outs = []
-        for engine in (EngineName.LLAMACPP, EngineName.VLLM, EngineName.SGLANG):
-            res = render_bundle(mirror, spec.name, engine, "shell")
+        for each in (EngineName.LLAMACPP, EngineName.VLLM, EngineName.SGLANG):
+            res = render_bundle(mirror, spec.name, each, "shell")
             outs.append(str(res.out_dir))
         res = render_bundle(mirror, spec.name, EngineName.LLAMACPP, "systemd")
         outs.append(str(res.out_dir))
