@@ -99,9 +99,9 @@ def main() -> int:
                   "ngram": None}
         ks = {"draft_model": 3, "eagle3": 3, "eagle": 2, "ngram": 3}
         scripts = {}
-        for method in args.methods.split(","):
+        for i, method in enumerate(args.methods.split(",")):
             extra = {"prompt_lookup_max": 4, "prompt_lookup_min": 2} if method == "ngram" else None
-            name = pull(mirror, vllm_doc(f"b{method.replace('_', '')}", m.target, drafts[method],
+            name = pull(mirror, vllm_doc(f"bench{i}", m.target, drafts[method],
                                          method=method, k=ks[method], speculative_extra=extra))
             res = render_bundle(mirror, name, "vllm", "shell")
             scripts[method] = (name, next(f for f in res.files if f.suffix == ".sh"))

@@ -92,8 +92,8 @@ def box(tmp_path_factory: pytest.TempPathFactory, vllm_bin: Path) -> Box:
         vllm_doc("vgood", m.target, m.good.draft_dir, k=3, extra_args=PRM, admission=ADMISSION,
                  bench={"rounds": 4}),  # servers by URL: more rounds cost no boots
         vllm_doc("vbad", m.target, m.bad.draft_dir, k=3, extra_args=PRM, admission=ADMISSION),
-        vllm_doc("veagle3", m.target, m.eagle3, method="eagle3", k=3),
-        vllm_doc("veagle", m.target, m.eagle1, method="eagle", k=2),
+        vllm_doc("vhead3", m.target, m.eagle3, method="eagle3", k=3),
+        vllm_doc("vhead1", m.target, m.eagle1, method="eagle", k=2),
         vllm_doc("vngram", m.target, None, method="ngram", k=3,
                  speculative_extra={"prompt_lookup_max": 4, "prompt_lookup_min": 2}),
         vllm_doc("vsched", m.target, m.eagle3, method="eagle3", k=3,
@@ -124,7 +124,7 @@ def _greedy_and_counters(url: str, name: str) -> tuple[dict[str, str], dict[str,
     return texts, {k: after.get(k, 0.0) - before.get(k, 0.0) for k in COUNTERS}
 
 
-@pytest.mark.parametrize("name", ["veagle3", "veagle", "vngram", "vsched"])
+@pytest.mark.parametrize("name", ["vhead3", "vhead1", "vngram", "vsched"])
 def test_rendered_manifest_boots_and_speculates(box: Box, reference: dict[str, str],
                                                 name: str) -> None:
     """The flag set render emits starts vLLM as is, drafts, and keeps greedy output exact."""
