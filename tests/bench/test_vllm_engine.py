@@ -130,10 +130,10 @@ def test_rendered_manifest_boots_and_speculates(box: Box, reference: dict[str, s
     """The flag set render emits starts vLLM as is, drafts, and keeps greedy output exact."""
     with box.serve(name) as url:
         texts, delta = _greedy_and_counters(url, name)
-    assert delta[COUNTERS[0]] > 0 and delta[COUNTERS[1]] >= delta[COUNTERS[0]]
+    assert delta[COUNTERS[1]] >= delta[COUNTERS[0]] >= 0
     assert 0 <= delta[COUNTERS[2]] <= delta[COUNTERS[1]]
-    if name != "vngram":  # random prompts rarely repeat n-grams; the heads always draft
-        assert delta[COUNTERS[2]] > 0
+    if name != "vngram":  # the heads draft every step; n-gram lookup only on a repeat
+        assert delta[COUNTERS[0]] > 0 and delta[COUNTERS[2]] > 0
     assert texts == reference
 
 
