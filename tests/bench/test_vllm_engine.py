@@ -132,8 +132,8 @@ def test_rendered_manifest_boots_and_speculates(box: Box, reference: dict[str, s
         texts, delta = _greedy_and_counters(url, name)
     assert delta[COUNTERS[1]] >= delta[COUNTERS[0]] >= 0
     assert 0 <= delta[COUNTERS[2]] <= delta[COUNTERS[1]]
-    if name != "vngram":  # the heads draft every step; n-gram lookup only on a repeat
-        assert delta[COUNTERS[0]] > 0 and delta[COUNTERS[2]] > 0
+    if name != "vngram":  # the heads draft every step (random heads: acceptance may be 0);
+        assert delta[COUNTERS[0]] > 0  # n-gram lookup drafts only on a repeat
     assert texts == reference
 
 
