@@ -36,7 +36,6 @@ from specbundle.bench.servers import free_port, launch
 from specbundle.mirror import Mirror
 from specbundle.render import build_serve_command, render_bundle
 from specbundle.spec import parse_spec
-from tests._engine import metrics
 from tests._vllm import BOOT_TIMEOUT_S, vllm_completion, vllm_env, vllm_server
 from tests._vllm_bundles import PROMPTS, PROMPTS_FILE, VllmModels, make_models, pull, vllm_doc
 
@@ -115,6 +114,15 @@ def baseline(box: Box) -> Iterator[str]:
 def reference(baseline: str) -> dict[str, str]:
     """The baseline's greedy text per prompt: what every method must reproduce."""
     return {p: vllm_completion(baseline, "vgood", p)["choices"][0]["text"] for p in PROMPTS}
+
+
+def metrics(url: str) -> dict[str, float]:
+    """vLLM's counters summed over their label sets (``engine``, ``model_name``)."""
+    import httpx
+
+    s = parse_scrape(httpx.get(url + "/metrics", timeout=10, trust_env=False).text)
+    names = (*COUNTERS, "vllm:num_preemptions_total")
+    return {k: v for k in names if (v := s.total(k)) is not None}
 
 
 def _greedy_and_counters(url: str, name: str) -> tuple[dict[str, str], dict[str, float]]:
