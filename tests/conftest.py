@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests._engine import llama_server_bin  # noqa: F401 - shared engine fixture
+from tests._vllm import vllm_bin  # noqa: F401 - shared vLLM fixture
 
 _SCRUB = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", "SPECBUNDLE_MIRROR",
           "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")

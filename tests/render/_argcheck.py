@@ -60,7 +60,8 @@ def _parser(prog: str, table: dict[str, ArgRule], positional: str | None) -> _Pa
     for flag, rule in table.items():
         names = (flag, *rule.aliases)
         if rule.kind == "bool":
-            p.add_argument(*names, action=argparse.BooleanOptionalAction)
+            p.add_argument(*names, action=argparse.BooleanOptionalAction if rule.negatable
+                           else "store_true")
         elif rule.kind == "int":
             p.add_argument(*names, type=_number(int, rule))
         elif rule.kind == "float":

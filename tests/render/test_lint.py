@@ -38,9 +38,9 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "schedule-untested-method": (
         {**VLLM_ONLY, **SCHED}, {**VLLM_ONLY, **EAGLE3, **SCHED}, {}),
     "schedule-engine-unsupported": ({**SCHED, **EAGLE3, "engines.llamacpp": None}, {}, {}),
-    "pipeline-parallel-speculation": (
-        {**VLLM_ONLY, "engines.vllm.pipeline_parallel_size": 2, "deployment.gpus": 2},
-        {**VLLM_ONLY, "engines.vllm.tensor_parallel_size": 2, "deployment.gpus": 2}, {}),
+    "pipeline-parallel-speculation": (  # SGLang only: vLLM composes PP with speculation
+        {**SGLANG_ONLY, "engines.sglang.pp_size": 2, "deployment.gpus": 2},
+        {**VLLM_ONLY, "engines.vllm.pipeline_parallel_size": 2, "deployment.gpus": 2}, {}),
     "sglang-dflash-pipeline-parallel": (
         {**SGLANG_ONLY, "speculative.method": "dflash", "engines.sglang.pp_size": 2,
          "deployment.gpus": 2},
@@ -62,6 +62,12 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
          "speculative.num_speculative_tokens": 3},
         {**VLLM_ONLY, "draft": None, "speculative.method": "mtp",
          "speculative.num_speculative_tokens": 1}, {}),
+    "vllm-method-removed": (
+        {**VLLM_ONLY, "speculative.method": "medusa", "draft.gguf_file": None}, VLLM_ONLY, {}),
+    "vllm-flag-choice": (
+        {**VLLM_ONLY, "engines.vllm.extra_args": ["--kv-cache-dtype", "fp9"]},
+        {**VLLM_ONLY, "engines.vllm.extra_args": ["--kv-cache-dtype", "fp8_per_token_head"]},
+        {}),
     "vllm-async-scheduling": (
         {**VLLM_ONLY, "draft": None, "speculative.method": "ngram",
          "engines.vllm.extra_args": ["--async-scheduling"]},

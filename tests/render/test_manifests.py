@@ -218,7 +218,7 @@ def test_render_output_layout_and_atomic_replace(mirror: Mirror, bundle: BundleF
 def _image_record(engine: str, repo_digest: str | None) -> bytes:
     return json.dumps({
         "schema": "https://specbundle.dev/image-record/v1", "engine": engine,
-        "reference": "vllm/vllm-openai:v0.11.0", "image_id": "sha256:" + "c" * 64,
+        "reference": "vllm/vllm-openai:v0.32.0", "image_id": "sha256:" + "c" * 64,
         "archive_sha256": "d" * 64, "archive_size": 1, "repo_digest": repo_digest,
     }).encode()
 
@@ -233,7 +233,7 @@ def test_image_pinned_from_the_images_record(mirror: Mirror, bundle: BundleFacto
     # An explicit digest wins over the record; a loaded image without a registry digest is
     # pinned by its image ID.
     override = render_bundle(mirror, "llama-pair", "vllm", "compose", image_digest=DIGEST)
-    assert override.command.image == "vllm/vllm-openai:v0.11.0@" + DIGEST
+    assert override.command.image == "vllm/vllm-openai:v0.32.0@" + DIGEST
     mirror.write_bundle_file("llama-pair", "images/vllm.json", _image_record("vllm", None))
     by_id = render_bundle(mirror, "llama-pair", "vllm", "compose")
     assert by_id.command.image == "sha256:" + "c" * 64 and by_id.lint.ok

@@ -125,12 +125,16 @@ class VllmAdapter:
         return None
 
     def draft_only_argv(self, argv: Sequence[str], draft_path: str) -> list[str]:
-        """``vllm serve <draft>``: the positional model after ``serve`` or ``--model``."""
+        """``vllm serve <draft>``: the positional model (the first word of the arguments
+        render builds, or the word after ``serve`` in a full argv), or ``--model``."""
         out = list(argv)
         if "--model" in out:
             return _swap_value(out, ("--model",), draft_path)
         if "serve" in out and out.index("serve") + 1 < len(out):
             out[out.index("serve") + 1] = draft_path
+            return out
+        if out and not out[0].startswith("-"):
+            out[0] = draft_path
             return out
         raise BenchError("cannot serve the draft alone: no model argument in the vLLM command")
 

@@ -161,15 +161,17 @@ class VllmMetrics:
     engine = "vllm"
 
     def read(self, s: Scrape) -> EngineReading:
-        """Sum every ``engine`` label; KV capacity from ``vllm:cache_config_info``."""
+        """Sum every ``engine`` label; KV capacity from ``vllm:cache_config_info``
+        (``kv_cache_size_tokens``, else ``num_gpu_blocks`` × ``block_size``)."""
         usage = s.total("vllm:kv_cache_usage_perc")
         if usage is None:
             usage = s.total("vllm:gpu_cache_usage_perc")
         cap = 0.0
         infos = s.label_sets("vllm:cache_config_info")
         for lab in infos:
-            try:
-                cap += float(lab["num_gpu_blocks"]) * float(lab["block_size"])
+            try:  # kv_cache_size_tokens is group-aware (hybrid/draft layers): prefer it
+                cap += float(lab["kv_cache_size_tokens"]) if "kv_cache_size_tokens" in lab \
+                    else float(lab["num_gpu_blocks"]) * float(lab["block_size"])
             except (KeyError, ValueError):
                 cap = float("nan")
         return EngineReading(

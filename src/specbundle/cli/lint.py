@@ -9,7 +9,7 @@ import click
 from specbundle.cli._options import default_mirror, json_option, mirror_option, open_mirror
 from specbundle.cli._output import print_json
 from specbundle.cli.render import show_findings
-from specbundle.errors import RenderError
+from specbundle.errors import RenderError, UsageError
 from specbundle.render import TARGETS, LintReport, lint_bundle, lint_spec
 from specbundle.spec import EngineName, load_spec
 
@@ -28,10 +28,13 @@ def _is_spec_file(arg: str) -> bool:
               help="Lint as for this target (unpinned images block compose/kubernetes).")
 @click.option("--allow-unpinned-image", is_flag=True,
               help="Report an image without a digest as a warning only.")
+@click.option("--engine-check", is_flag=True,
+              help="Also run vLLM's own argument parser and config builder on both arms "
+                   "(needs vLLM: VLLM_BIN or vllm on PATH; a pulled bundle).")
 @mirror_option
 @json_option
 def command(bundle: str, engine: str | None, target: str | None, allow_unpinned_image: bool,
-            mirror_dir: Path | None, as_json: bool) -> None:
+            engine_check: bool, mirror_dir: Path | None, as_json: bool) -> None:
     """Lint a pulled BUNDLE, or a bundle.yaml before pulling; exit 2 on errors."""
     report: LintReport
     if _is_spec_file(bundle):
@@ -42,9 +45,18 @@ def command(bundle: str, engine: str | None, target: str | None, allow_unpinned_
             report = LintReport(report.bundle,
                                 tuple(f for f in report.findings if f.engine in (None, engine)),
                                 report.rules_run)
+        if engine_check:
+            raise UsageError("--engine-check needs a pulled bundle: vLLM reads the model "
+                             "configs from the mirror", hint=f"specbundle pull {bundle} first")
     else:
-        report = lint_bundle(open_mirror(mirror_dir), bundle, engine=engine, target=target,
+        mirror = open_mirror(mirror_dir)
+        report = lint_bundle(mirror, bundle, engine=engine, target=target,
                              allow_unpinned_image=allow_unpinned_image)
+        if engine_check and engine in (None, EngineName.VLLM.value):
+            from specbundle.render.vllm_oracle import engine_check_bundle, with_engine_findings
+
+            found, _ = engine_check_bundle(mirror, bundle)
+            report = with_engine_findings(report, found)
     if as_json:
         print_json(report.to_json())
     else:

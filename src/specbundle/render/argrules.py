@@ -1,8 +1,10 @@
 """Argument rules of the engines, captured from their sources (see reference/engines.md).
 
-vLLM (``vllm/engine/arg_utils.py``, ``vllm/config/speculative.py`` @ 002e77c1, v0.28-0.31
-era) and SGLang (``python/sglang/srt/arg_groups/fields/*.py`` after the arg_groups refactor)
-cannot run here, so these tables are what a rendered command is checked against: lint warns
+vLLM's table is dumped from the pinned release by ``ci/vllm-table.py`` into
+``vllm_args.json`` (it names its version; with vLLM installed, vLLM itself judges commands
+instead, see :mod:`specbundle.render.vllm_oracle`). SGLang
+(``python/sglang/srt/arg_groups/fields/*.py`` after the arg_groups refactor) cannot run here,
+so these tables are what a rendered command is checked against: lint warns
 on an extra flag outside them, and the test-suite validator fails on any rendered flag or
 ``--speculative-config`` key outside them. llama.cpp is checked against the real binary's
 ``--help`` in the tests; only its removed and hub-download flags are listed here.
@@ -12,8 +14,10 @@ engine versions you ship (the image digest pins which).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Literal
+from importlib import resources
+from typing import Any, Literal
 
 __all__ = [
     "LLAMACPP_HUB_FLAGS",
@@ -25,6 +29,7 @@ __all__ = [
     "VLLM_HUB_FLAGS",
     "VLLM_METHODS",
     "VLLM_SPEC_KEYS",
+    "VLLM_TABLE_VERSION",
     "ArgRule",
     "canonical_flag",
 ]
@@ -41,6 +46,8 @@ class ArgRule:
     minimum: float | None = None
     aliases: tuple[str, ...] = ()
     exclusive_minimum: bool = False
+    #: Booleans only: whether ``--no-<flag>`` exists (argparse BooleanOptionalAction).
+    negatable: bool = True
 
 
 def _r(kind: Kind, *choices: str, minimum: float | None = None,
@@ -48,95 +55,31 @@ def _r(kind: Kind, *choices: str, minimum: float | None = None,
     return ArgRule(kind, tuple(choices), minimum, aliases, gt)
 
 
-VLLM_METHODS: tuple[str, ...] = (
-    "ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "custom_class", "eagle",
-    "eagle3", "extract_hidden_states", "mtp", "dflash", "ngram_gpu", "dspark",
-)
+def _vllm_table() -> tuple[str, tuple[str, ...], dict[str, ArgRule], dict[str, ArgRule]]:
+    """The table dumped from the pinned vLLM by ``ci/vllm-table.py`` (not hand-written)."""
+    doc = json.loads(resources.files("specbundle.render").joinpath("vllm_args.json")
+                     .read_text(encoding="utf-8"))
 
-#: ``vllm serve`` flags (positional model first). Booleans also accept ``--no-<flag>``.
-VLLM_FLAGS: dict[str, ArgRule] = {
-    "--served-model-name": _r("str"),
-    "--tokenizer": _r("str"),
-    "--tokenizer-mode": _r("choice", "auto", "slow", "mistral", "custom"),
-    "--trust-remote-code": _r("bool"),
-    "--dtype": _r("choice", "auto", "half", "float16", "bfloat16", "float", "float32"),
-    "--seed": _r("int", minimum=0),
-    "--max-model-len": _r("int", minimum=1),
-    "--tensor-parallel-size": _r("int", minimum=1, aliases=("-tp",)),
-    "--pipeline-parallel-size": _r("int", minimum=1, aliases=("-pp",)),
-    "--data-parallel-size": _r("int", minimum=1, aliases=("-dp",)),
-    "--enable-expert-parallel": _r("bool"),
-    "--distributed-executor-backend": _r("choice", "ray", "mp", "uni", "external_launcher"),
-    "--max-num-seqs": _r("int", minimum=1),
-    "--max-num-batched-tokens": _r("int", minimum=1),
-    "--gpu-memory-utilization": _r("float", minimum=0, gt=True),
-    "--kv-cache-dtype": _r("choice", "auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2",
-                           "fp8_inc", "fp8_ds_mla"),
-    "--block-size": _r("int", minimum=1),
-    "--swap-space": _r("float", minimum=0),
-    "--cpu-offload-gb": _r("float", minimum=0),
-    "--enable-prefix-caching": _r("bool"),
-    "--enable-chunked-prefill": _r("bool"),
-    "--async-scheduling": _r("bool"),
-    "--enforce-eager": _r("bool"),
-    "--quantization": _r("str", aliases=("-q",)),
-    "--load-format": _r("str"),
-    "--generation-config": _r("str"),
-    "--override-generation-config": _r("json"),
-    "--hf-overrides": _r("json"),
-    "--compilation-config": _r("json", aliases=("-O",)),
-    "--max-logprobs": _r("int", minimum=-1),
-    "--disable-log-stats": _r("bool"),
-    "--enable-log-requests": _r("bool"),
-    "--speculative-config": _r("json", aliases=("-sc",)),
-    "--per-request-spec-decode-metrics": _r("choice", "none", "summary", "detailed"),
-    "--chat-template": _r("str"),
-    "--enable-auto-tool-choice": _r("bool"),
-    "--tool-call-parser": _r("str"),
-    "--reasoning-parser": _r("str"),
-    "--api-key": _r("str"),
-    "--uvicorn-log-level": _r("choice", "critical", "error", "warning", "info", "debug",
-                              "trace"),
-    "--disable-uvicorn-access-log": _r("bool"),
-    "--host": _r("str"),
-    "--port": _r("int", minimum=1),
-}
+    def rule(r: dict[str, Any], aliases: tuple[str, ...] = (), negatable: bool = True) -> ArgRule:
+        return ArgRule(r["kind"], tuple(r.get("choices") or ()), r.get("minimum"), aliases,
+                       bool(r.get("exclusive_minimum")), negatable)
 
+    flags = {k: rule(r, tuple(r.get("aliases") or ()), bool(r.get("negatable")))
+             for k, r in doc["flags"].items()}
+    keys = {k: rule(r) for k, r in doc["speculative_keys"].items()}
+    return str(doc["vllm_version"]), tuple(doc["methods"]), flags, keys
+
+
+#: The vLLM version the table below describes; with vLLM installed its own parser and config
+#: builder are the oracle instead (:mod:`specbundle.render.vllm_oracle`).
+VLLM_TABLE_VERSION: str
+#: ``method`` values of ``SpeculativeConfig`` (MTP aliases included).
+VLLM_METHODS: tuple[str, ...]
+#: ``vllm serve`` flags (positional model first); ``negatable`` booleans accept ``--no-<flag>``.
+VLLM_FLAGS: dict[str, ArgRule]
 #: ``--speculative-config`` keys (``SpeculativeConfig`` fields a user may set).
-VLLM_SPEC_KEYS: dict[str, ArgRule] = {
-    "method": _r("choice", *VLLM_METHODS),
-    "model": _r("str"),
-    "num_speculative_tokens": _r("int", minimum=0, gt=True),
-    "draft_tensor_parallel_size": _r("int", minimum=1),
-    "num_speculative_tokens_per_batch_size": _r("schedule"),
-    "enforce_eager": _r("bool"),
-    "quantization": _r("str"),
-    "moe_backend": _r("str"),
-    "attention_backend": _r("str"),
-    "kv_cache_dtype": _r("str"),
-    "max_model_len": _r("int", minimum=1),
-    "revision": _r("str"),
-    "code_revision": _r("str"),
-    "index_share_for_mtp_iteration": _r("bool"),
-    "disable_padded_drafter_batch": _r("bool"),
-    "disable_eagle_block_drop": _r("bool"),
-    "use_local_argmax_reduction": _r("bool"),
-    "use_heterogeneous_vocab": _r("bool"),
-    "prompt_lookup_max": _r("int", minimum=1),
-    "prompt_lookup_min": _r("int", minimum=1),
-    "parallel_drafting": _r("bool"),
-    "suffix_decoding_max_tree_depth": _r("int", minimum=1),
-    "suffix_decoding_max_cached_requests": _r("int", minimum=0),
-    "suffix_decoding_max_spec_factor": _r("float", minimum=0),
-    "suffix_decoding_min_token_prob": _r("float", minimum=0),
-    "draft_load_config": _r("json"),
-    "rejection_sample_method": _r("choice", "standard", "synthetic", "block"),
-    "synthetic_acceptance_rates": _r("json"),
-    "synthetic_acceptance_length": _r("float", minimum=1),
-    "enable_adaptive_verification": _r("bool"),
-    "draft_sample_method": _r("choice", "greedy", "probabilistic"),
-    "dspark_draft_topk": _r("int", minimum=1),
-}
+VLLM_SPEC_KEYS: dict[str, ArgRule]
+VLLM_TABLE_VERSION, VLLM_METHODS, VLLM_FLAGS, VLLM_SPEC_KEYS = _vllm_table()
 
 #: vLLM flags that fetch from a hub or carry its credentials.
 VLLM_HUB_FLAGS: frozenset[str] = frozenset({"--hf-token", "--download-dir", "--revision",
@@ -244,6 +187,6 @@ def canonical_flag(flag: str, table: dict[str, ArgRule]) -> str | None:
             return key
     if name.startswith("--no-"):
         pos = "--" + name[5:]
-        if pos in table and table[pos].kind == "bool":
+        if pos in table and table[pos].kind == "bool" and table[pos].negatable:
             return pos
     return None

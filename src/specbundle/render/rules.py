@@ -129,17 +129,13 @@ def schedule_engine(inp: LintInput) -> Iterator[Finding]:
 
 # -- parallelism ------------------------------------------------------------------------------
 def pipeline_parallel(inp: LintInput) -> Iterator[Finding]:
-    """Pipeline parallelism is documented as not composable with speculative decoding."""
-    v, s = inp.spec.engines.vllm, inp.spec.engines.sglang
-    if v is not None and v.pipeline_parallel_size > 1:
-        yield finding(
-            "pipeline-parallel-speculation",
-            "error",
-            "engines.vllm.pipeline_parallel_size",
-            "vLLM does not compose pipeline parallelism with speculative decoding.",
-            "use tensor_parallel_size instead of pipeline_parallel_size",
-            V,
-        )
+    """SGLang's pipeline parallelism with speculation depends on the release.
+
+    vLLM composes it with speculative decoding (its config builder accepts PP > 1 with a
+    speculative config since 0.32; the old docs' incompatibility note is stale), so only
+    SGLang is warned about.
+    """
+    s = inp.spec.engines.sglang
     if s is not None and s.pp_size > 1 and inp.spec.speculative.method != SpecMethod.DFLASH:
         yield finding(
             "pipeline-parallel-speculation",
@@ -302,6 +298,20 @@ def vllm_async(inp: LintInput) -> Iterator[Finding]:
         )
 
 
+def vllm_method_removed(inp: LintInput) -> Iterator[Finding]:
+    """vLLM 0.33 removed the medusa and mlp_speculator methods (0.32, the pinned one, has them)."""
+    if V in inp.commands and inp.spec.speculative.method == SpecMethod.MEDUSA:
+        yield finding(
+            "vllm-method-removed",
+            "warning",
+            "speculative.method",
+            "medusa is accepted by vLLM 0.32 (the pinned release) but removed in 0.33, "
+            "which refuses the speculative config; this bundle cannot move to a newer image.",
+            "use eagle3 or draft_model, or pin the image to vLLM 0.32",
+            V,
+        )
+
+
 # -- SGLang -----------------------------------------------------------------------------------
 def _sg_tree(inp: LintInput) -> dict[str, int]:
     argv, out = inp.argv(S), {}
@@ -447,6 +457,7 @@ ENGINE_RULES: dict[str, Rule] = {
     "heterogeneous-vocab": heterogeneous_vocab,
     "vllm-mtp-k": vllm_mtp_k,
     "vllm-async-scheduling": vllm_async,
+    "vllm-method-removed": vllm_method_removed,
     "sglang-partial-tree": sglang_partial_tree,
     "sglang-adaptive-unsupported": sglang_adaptive,
     "sglang-dp-attention": sglang_dp_attention,

@@ -17,6 +17,7 @@ from specbundle.render.argrules import (
     SGLANG_HUB_FLAGS,
     VLLM_FLAGS,
     VLLM_HUB_FLAGS,
+    VLLM_TABLE_VERSION,
     ArgRule,
     canonical_flag,
 )
@@ -197,18 +198,45 @@ def image_pinned(inp: LintInput) -> Iterator[Finding]:
 
 
 def unknown_flags(inp: LintInput) -> Iterator[Finding]:
-    """Extra flags outside the captured vLLM/SGLang argument tables are probably typos."""
+    """Extra flags outside the vLLM/SGLang argument tables are probably typos.
+
+    vLLM's table is dumped from the pinned release itself, so an unknown vLLM flag is a
+    certain refusal at startup (an error); SGLang's is transcribed (a warning).
+    """
     tables: dict[EngineName, dict[str, ArgRule]] = {V: VLLM_FLAGS, S: SGLANG_FLAGS}
     for eng, table in tables.items():
         settings = getattr(inp.spec.engines, eng.value)
         for a in settings.extra_args if settings is not None else ():
             if a.startswith("-") and canonical_flag(a, table) is None \
                     and a.split("=", 1)[0] not in _hub_flags(eng):
-                yield finding("unknown-engine-flag", "warning",
-                              f"engines.{eng.value}.extra_args: {a}",
+                where = f"engines.{eng.value}.extra_args: {a}"
+                if eng == V:
+                    yield finding("unknown-engine-flag", "error", where,
+                                  f"vLLM {VLLM_TABLE_VERSION} has no flag {a.split('=', 1)[0]}; "
+                                  "it refuses to start (unrecognized arguments).",
+                                  "remove it or use the flag this vLLM release names", eng)
+                    continue
+                yield finding("unknown-engine-flag", "warning", where,
                               f"{a} is not in specbundle's captured {eng.value} argument table; "
                               "an unknown flag stops the engine at startup.",
                               "check the spelling against the engine version you ship", eng)
+
+
+def vllm_flag_choices(inp: LintInput) -> Iterator[Finding]:
+    """A vLLM extra flag with fixed choices must be given one of them (argparse refuses)."""
+    settings = inp.spec.engines.vllm
+    extra = tuple(settings.extra_args) if settings is not None else ()
+    for i, a in enumerate(extra):
+        name = canonical_flag(a, VLLM_FLAGS) if a.startswith("-") else None
+        rule = VLLM_FLAGS.get(name) if name else None
+        if rule is None or rule.kind != "choice":
+            continue
+        value = a.split("=", 1)[1] if "=" in a else (extra[i + 1] if i + 1 < len(extra) else "")
+        if value not in rule.choices:
+            yield finding("vllm-flag-choice", "error", f"engines.vllm.extra_args: {name}",
+                          f"{value!r} is not a choice of {name} in vLLM {VLLM_TABLE_VERSION} "
+                          f"({', '.join(rule.choices)}); it refuses to start.",
+                          f"use one of {', '.join(rule.choices)}", V)
 
 
 def extra_args_override(inp: LintInput) -> Iterator[Finding]:
@@ -275,6 +303,7 @@ COMMAND_RULES: dict[str, Rule] = {
     "hub-reference": hub_reference,
     "image-unpinned": image_pinned,
     "unknown-engine-flag": unknown_flags,
+    "vllm-flag-choice": vllm_flag_choices,
     "extra-args-override": extra_args_override,
     "model-files-missing": model_files,
     "metrics-disabled": metrics_off,

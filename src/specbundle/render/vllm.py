@@ -15,7 +15,29 @@ from specbundle.render._command import assemble, python_probe, settings_of
 from specbundle.render.interface import EngineContext, ServeCommand
 from specbundle.spec import EngineName, VLLMSettings
 
-__all__ = ["VLLMEngine", "speculative_config"]
+__all__ = ["SPECULATION_ONLY_FLAGS", "VLLMEngine", "speculative_config", "split_extra_args"]
+
+#: Flags vLLM accepts only with a speculative config: with none it refuses to start
+#: ("--per-request-spec-decode-metrics requires speculative decoding to be enabled"), so they
+#: are rendered into the speculative arm only (value included).
+SPECULATION_ONLY_FLAGS: frozenset[str] = frozenset({"--per-request-spec-decode-metrics"})
+
+
+def split_extra_args(extra: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """``extra_args`` as (both arms, speculative arm only)."""
+    common: list[str] = []
+    spec_only: list[str] = []
+    i = 0
+    while i < len(extra):
+        a = extra[i]
+        if a.split("=", 1)[0] in SPECULATION_ONLY_FLAGS:
+            takes_next = "=" not in a and i + 1 < len(extra) and not extra[i + 1].startswith("-")
+            spec_only += list(extra[i:i + (2 if takes_next else 1)])
+            i += 2 if takes_next else 1
+            continue
+        common.append(a)
+        i += 1
+    return common, spec_only
 
 
 def speculative_config(ctx: EngineContext, settings: VLLMSettings) -> dict[str, Any]:
@@ -40,7 +62,8 @@ class VLLMEngine:
     default_port = 8000
 
     def build(self, ctx: EngineContext, *, speculation: bool) -> ServeCommand:
-        """The serve command; the baseline arm drops only ``--speculative-config``."""
+        """The serve command; the baseline arm drops ``--speculative-config`` and the
+        speculation-only extra flags, nothing else."""
         s = settings_of(ctx, self.name, VLLMSettings)
         args: list[str] = [
             str(ctx.target_dir),
@@ -55,11 +78,14 @@ class VLLMEngine:
             args += ["--max-model-len", str(s.max_model_len)]
         if s.gpu_memory_utilization is not None:
             args += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
+        common, spec_only = split_extra_args(s.extra_args)
         if speculation:
             cfg = speculative_config(ctx, s)
             args += ["--speculative-config",
                      json.dumps(cfg, sort_keys=True, separators=(",", ":"))]
-        args += list(s.extra_args)
+        args += common
+        if speculation:
+            args += spec_only
         return assemble(
             ctx, engine=self.name, speculation=speculation, program=("vllm", "serve"),
             container_program=("vllm", "serve"), binary_env="VLLM_BIN", args=args,

@@ -1,0 +1,82 @@
+"""The vLLM test harness: find the CPU build, run a rendered serve.sh on loopback, stop it.
+
+Loaded from the root conftest, so every test directory gets the ``vllm_bin`` fixture. It
+skips (with how to install) only when no vLLM environment exists: ``VLLM_BIN``, else the
+``.venv-vllm`` that ``ci/install-vllm.sh`` creates at the repository root (CI runs it).
+Servers are started one at a time (the CPU worker pins a core) with the environment the
+issue measured: offline, bf16 and ``--enforce-eager`` in the spec, 1 GiB of KV, loopback host
+address, and compile caches under the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from specbundle.bench.servers import free_port, launch
+from specbundle.render.vllm_oracle import INSTALL_HINT, find_vllm, oracle_env
+
+__all__ = ["VLLM_CPU_ARGS", "find_test_vllm", "vllm_completion", "vllm_env", "vllm_server"]
+
+ROOT = Path(__file__).resolve().parent.parent
+#: What a CPU boot needs in ``engines.vllm.extra_args`` (torch.compile boots take 2-4x longer
+#: and recompile on every boot in this build).
+VLLM_CPU_ARGS = ["--dtype", "bfloat16", "--enforce-eager"]
+#: Boots measured 43-108 s on an idle 2-core box; a shared one is slower.
+BOOT_TIMEOUT_S = float(os.environ.get("SPECBUNDLE_VLLM_BOOT_TIMEOUT", "900"))
+
+
+def find_test_vllm() -> Path | None:
+    """``VLLM_BIN`` (or ``vllm`` on PATH), else ``<repo>/.venv-vllm/bin/vllm``."""
+    found = find_vllm()
+    if found is not None:
+        return found
+    local = ROOT / ".venv-vllm" / "bin" / "vllm"
+    return local if local.is_file() and os.access(local, os.X_OK) else None
+
+
+def vllm_env(tmp: Path, vllm_bin: Path) -> dict[str, str]:
+    """The server environment: offline, CPU, 1 GiB KV, caches under ``tmp``."""
+    return {**oracle_env(tmp), "VLLM_BIN": str(vllm_bin), "VLLM_LOGGING_LEVEL": "INFO",
+            "VLLM_LOG_STATS_INTERVAL": "1"}
+
+
+@contextlib.contextmanager
+def vllm_server(script: Path, vllm_bin: Path, *, tmp: Path, speculation: bool = True,
+                log: Path | None = None, extra_env: Mapping[str, str] | None = None,
+                args: Sequence[str] = ()) -> Iterator[str]:
+    """Run a rendered vLLM ``serve.sh`` (one arm) on 127.0.0.1; yield its base URL."""
+    port = free_port()
+    env = {**vllm_env(tmp, vllm_bin), "SPECBUNDLE_HOST": "127.0.0.1",
+           "SPECBUNDLE_PORT": str(port), "SPECBUNDLE_SPECULATION": "1" if speculation else "0",
+           **(extra_env or {})}
+    with launch(["sh", str(script), *args], env=env, host="127.0.0.1", port=port,
+                log=log or tmp / ("spec.log" if speculation else "base.log"),
+                timeout=BOOT_TIMEOUT_S) as url:
+        yield url
+
+
+def vllm_completion(url: str, model: str, prompt: str, *, max_tokens: int = 32,
+                    timeout: float = 300.0, **extra: Any) -> dict[str, Any]:
+    """One greedy, fixed-length ``/v1/completions`` request."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+            "ignore_eos": True, **extra}
+    r = httpx.post(url + "/v1/completions", json=body, timeout=timeout, trust_env=False)
+    r.raise_for_status()
+    result: dict[str, Any] = r.json()
+    return result
+
+
+@pytest.fixture(scope="session")
+def vllm_bin() -> Path:
+    """The ``vllm`` launcher; skips the test when no vLLM environment is installed."""
+    found = find_test_vllm()
+    if found is None:
+        pytest.skip(f"vLLM not installed: {INSTALL_HINT}")
+    return found
