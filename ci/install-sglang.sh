@@ -17,6 +17,8 @@ if [ -f "$stamp" ]; then
     exit 0
 fi
 rm -rf "$VENV"
+# A half-built venv must not look installed to the tests: remove it on any failure.
+trap 'rm -rf "$VENV"' ERR
 "$PY" -m venv "$VENV"
 pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 cons="$VENV/constraints.txt"
