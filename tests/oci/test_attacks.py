@@ -25,7 +25,7 @@ from specbundle.oci.media import (
     Descriptor,
     dumps,
 )
-from specbundle.sign import model_sig_rel
+from specbundle.mirror.versions import model_sig_rel, read_version_file
 from tests.clihelp import run_cli
 from tests.oci.builders import signed_pair, trust_file
 from tests.oci.registry import Registry
@@ -88,7 +88,7 @@ def test_a_referrer_signed_by_an_untrusted_key_is_ignored(
         store.get_manifest(res.manifests["target"], 1 << 20)[0]))
     # the attacker re-signs the same manifest with their own key and adds it as a referrer,
     # and adds a DSSE statement of their own to the bundle index
-    manifest = attest.open_model_sig(src.read_bundle_file("pair", model_sig_rel("target"))
+    manifest = attest.open_model_sig(read_version_file(src, "pair", 1, model_sig_rel("target"))
                                      or b"", key.public)
     _push_referrer(store, target, SIGSTORE_BUNDLE, attest.build_model_sig(manifest, attacker),
                    {ANN_ROLE: "target"})
@@ -98,8 +98,8 @@ def test_a_referrer_signed_by_an_untrusted_key_is_ignored(
     assert code == 0, err
     ignored = json.loads(out)["ignored_referrers"]
     assert len(ignored) == 1 and "target model.sig" in ignored[0]
-    assert Mirror.open(dst).read_bundle_file("pair", model_sig_rel("target")) == \
-        src.read_bundle_file("pair", model_sig_rel("target"))
+    assert read_version_file(Mirror.open(dst), "pair", 1, model_sig_rel("target")) == \
+        read_version_file(src, "pair", 1, model_sig_rel("target"))
     # trusting only the attacker: the forged signature opens, but nothing else the policy
     # needs is signed by them, so the bundle fails closed
     code, out, _ = _pull(capsys, f"{registry.host}/forged/pair:v1", tmp_path / "other",
