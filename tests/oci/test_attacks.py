@@ -13,6 +13,7 @@ import pytest
 from specbundle import attest
 from specbundle.digest import sha256_bytes
 from specbundle.mirror import Mirror
+from specbundle.mirror.versions import model_sig_rel, read_version_file
 from specbundle.oci import RegistryBackend, RegistryOptions, parse_reference, push_bundle
 from specbundle.oci.media import (
     ANN_LINE,
@@ -25,7 +26,6 @@ from specbundle.oci.media import (
     Descriptor,
     dumps,
 )
-from specbundle.mirror.versions import model_sig_rel, read_version_file
 from tests.clihelp import run_cli
 from tests.oci.builders import signed_pair, trust_file
 from tests.oci.registry import Registry
