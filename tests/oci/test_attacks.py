@@ -19,7 +19,6 @@ from specbundle.oci.media import (
     ANN_LINE,
     ANN_ROLE,
     DSSE_ENVELOPE,
-    EMPTY_CONFIG,
     IMAGE_INDEX,
     IMAGE_MANIFEST,
     SIGSTORE_BUNDLE,
@@ -27,7 +26,7 @@ from specbundle.oci.media import (
     dumps,
 )
 from tests.clihelp import run_cli
-from tests.oci.builders import signed_pair, trust_file
+from tests.oci.builders import push_referrer, signed_pair, trust_file
 from tests.oci.registry import Registry
 
 
@@ -63,20 +62,6 @@ def test_a_tampered_blob_in_registry_storage_is_refused_with_exit_3(
     assert not Mirror.open(dst).has_object(weights.sha256)
 
 
-def _push_referrer(store: RegistryBackend, subject: Descriptor, kind: str, data: bytes,
-                   annotations: dict[str, str]) -> None:
-    """What anyone with push rights can add: a manifest of type ``kind`` about ``subject``."""
-    empty = store.push_bytes(f"sha256:{sha256_bytes(b'{}')}", b"{}")
-    layer = Descriptor(kind, f"sha256:{sha256_bytes(data)}", len(data))
-    store.push_bytes(layer.digest, data)
-    doc = dumps({"schemaVersion": 2, "mediaType": IMAGE_MANIFEST, "artifactType": kind,
-                 "config": {"mediaType": EMPTY_CONFIG, "digest": empty.digest, "size": 2},
-                 "layers": [layer.to_json()], "annotations": annotations,
-                 "subject": {"mediaType": subject.media_type, "digest": subject.digest,
-                             "size": subject.size}})
-    store.put_manifest(doc, IMAGE_MANIFEST, f"sha256:{sha256_bytes(doc)}", subject=subject)
-
-
 def test_a_referrer_signed_by_an_untrusted_key_is_ignored(
         tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str]) -> None:
     key, attacker = attest.generate_key(), attest.generate_key()
@@ -90,7 +75,7 @@ def test_a_referrer_signed_by_an_untrusted_key_is_ignored(
     # and adds a DSSE statement of their own to the bundle index
     manifest = attest.open_model_sig(read_version_file(src, "pair", 1, model_sig_rel("target"))
                                      or b"", key.public)
-    _push_referrer(store, target, SIGSTORE_BUNDLE, attest.build_model_sig(manifest, attacker),
+    push_referrer(store, target, SIGSTORE_BUNDLE, attest.build_model_sig(manifest, attacker),
                    {ANN_ROLE: "target"})
     trust = trust_file(tmp_path, key)
     dst = tmp_path / "isolated"
@@ -145,7 +130,7 @@ def test_an_untrusted_attestation_is_ignored_and_an_unsafe_path_refused(
                                                          rec.target.commit),
                                 attest.SLSA_VSA_V1, {"verificationResult": "PASSED"})
     line = attest.sign_statement(st, [attacker]).to_line()
-    _push_referrer(store, index, DSSE_ENVELOPE, line, {ANN_LINE: "1"})
+    push_referrer(store, index, DSSE_ENVELOPE, line, {ANN_LINE: "1"})
     code, out, err = _pull(capsys, f"{registry.host}/hostile/pair:v1", tmp_path / "iso",
                            trust_file(tmp_path, key))
     assert code == 0, err
