@@ -12,7 +12,7 @@ import pytest
 
 from specbundle import attest
 from specbundle.digest import sha256_bytes
-from specbundle.mirror import Mirror
+from specbundle.mirror import Mirror, versions
 from specbundle.mirror.versions import model_sig_rel, read_version_file
 from specbundle.oci import RegistryBackend, RegistryOptions, parse_reference, push_bundle
 from specbundle.oci.media import (
@@ -138,29 +138,45 @@ def test_an_untrusted_attestation_is_ignored_and_an_unsafe_path_refused(
     log = Mirror.open(tmp_path / "iso").read_bundle_file("pair", "attestations.jsonl") or b""
     assert line not in log
 
-    # an index naming a bundle file outside the bundle folder
-    meta_digest = res.manifests["bundle"]
-    meta = json.loads(store.get_manifest(meta_digest, 1 << 22)[0])
-    other = next(x for x in meta["layers"] if x["annotations"].get(
-        "org.opencontainers.image.title") not in (None, "bundle.json"))
-    other["annotations"]["org.opencontainers.image.title"] = "../../../evil"
-    evil_meta = dumps(meta)
-    evil_d = f"sha256:{sha256_bytes(evil_meta)}"
-    store.put_manifest(evil_meta, IMAGE_MANIFEST, evil_d)
-    idx = json.loads(store.get_manifest(res.index_digest, 1 << 22)[0])
-    for m in idx["manifests"]:
-        if m["digest"] == meta_digest:
-            m["digest"], m["size"] = evil_d, len(evil_meta)
-    evil_idx = dumps(idx)
-    store.put_manifest(evil_idx, IMAGE_INDEX, f"sha256:{sha256_bytes(evil_idx)}", tag="evil")
-    code, _, err = _pull(capsys, f"{registry.host}/hostile/pair:evil", tmp_path / "iso2",
-                         trust_file(tmp_path, key))
-    assert code == 3 and "unsafe path" in err
+    # an index whose metadata names a file outside the bundle folder, or a file the signed
+    # version does not sign (the real manifest re-attached to it, as anyone could)
+    manifest = versions.read_manifest(src, "pair", 1) or b""
+    for n, (title, why) in enumerate([("../../../evil", "unsafe path"),
+                                      ("bundle.json", "not a signed file of version 1"),
+                                      ("versions/000001/sign/target/model.sig",
+                                       "not a signed file of version 1")]):
+        tag = _retitled(store, res.index_digest, res.manifests["bundle"], title, manifest)
+        code, _, err = _pull(capsys, f"{registry.host}/hostile/pair:{tag}",
+                             tmp_path / f"iso{n}", trust_file(tmp_path, key))
+        assert code == 3 and why in err, err
+        assert Mirror.open(tmp_path / f"iso{n}").bundle_names() == []
     assert not (tmp_path / "evil").exists()
 
 
+def _retitled(store: RegistryBackend, index_digest: str, meta_digest: str, title: str,
+              manifest: bytes) -> str:
+    """Tag an index whose metadata's scan report layer is renamed ``title``."""
+    meta = json.loads(store.get_manifest(meta_digest, 1 << 22)[0])
+    layer = next(x for x in meta["layers"] if x["annotations"].get(
+        "org.opencontainers.image.title", "").endswith("scan/report.json"))
+    layer["annotations"]["org.opencontainers.image.title"] = title
+    evil_meta = dumps(meta)
+    evil = Descriptor(IMAGE_MANIFEST, f"sha256:{sha256_bytes(evil_meta)}", len(evil_meta))
+    store.put_manifest(evil_meta, IMAGE_MANIFEST, evil.digest)
+    push_referrer(store, evil, DSSE_ENVELOPE, manifest, {ANN_ROLE: "manifest"})
+    idx = json.loads(store.get_manifest(index_digest, 1 << 22)[0])
+    for m in idx["manifests"]:
+        if m["digest"] == meta_digest:
+            m["digest"], m["size"] = evil.digest, evil.size
+    evil_idx = dumps(idx)
+    tag = f"evil-{sha256_bytes(title.encode())[:8]}"
+    store.put_manifest(evil_idx, IMAGE_INDEX, f"sha256:{sha256_bytes(evil_idx)}", tag=tag)
+    return tag
+
+
 @pytest.mark.parametrize("point", ["oci.pull-object-staged:2", "oci.pull-object-committed:2",
-                                   "oci.pull-files-written"])
+                                   "oci.pull-objects-moved", "oci.pull-files-written",
+                                   "oci.pull-attestations-appended", "versions.ref-flipped"])
 def test_a_pull_killed_anywhere_shows_nothing_and_the_rerun_completes(
         tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str],
         point: str) -> None:
@@ -180,3 +196,5 @@ def test_a_pull_killed_anywhere_shows_nothing_and_the_rerun_completes(
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["verification"]["ok"]
     assert Mirror.open(dst).load_bundle("pair") == src.load_bundle("pair")
+    assert versions.current_version(Mirror.open(dst), "pair") == 1
+    assert not list((dst / "tmp").glob("oci-*")), "the rerun leaves no staging behind"
