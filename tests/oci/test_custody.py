@@ -157,3 +157,25 @@ def test_a_revoked_key_is_refused_from_the_policy_and_from_the_mirror_log(
     code, _, err = _pull(capsys, ref, logged.root, both)
     assert code == 3 and "key leaked" in err
     assert logged.bundle_names() == []
+
+
+def test_a_version_that_does_not_chain_onto_the_mirrors_is_refused(
+        tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another lineage's version 2 (same name, same key) must not follow this mirror's 1."""
+    key = attest.generate_key()
+    one, other = Mirror.open(tmp_path / "a", create=True), Mirror.open(tmp_path / "b",
+                                                                       create=True)
+    signed_pair(tmp_path / "a", one, key, "pair", target_seed=65)
+    signed_pair(tmp_path / "b", other, key, "pair", target_seed=66)
+    sign_bundle(other, "pair", [key])  # version 2 of the other lineage
+    store = _store(registry, "lineage/pair")
+    push_bundle(one, "pair", store, "a1")
+    push_bundle(other, "pair", store, "b2")
+    trust = trust_file(tmp_path, key)
+    code, _, err = _pull(capsys, f"{registry.host}/lineage/pair:a1", tmp_path / "iso", trust)
+    assert code == 0, err
+    code, _, err = _pull(capsys, f"{registry.host}/lineage/pair:b2", tmp_path / "iso", trust)
+    assert code == 3 and "does not chain" in err, err
+    dst = Mirror.open(tmp_path / "iso")
+    assert versions.current_version(dst, "pair") == 1
+    assert verify_bundle(dst, "pair", load_policy(trust)).version == 1

@@ -248,8 +248,11 @@ def _write_version(staging: Mirror, mirror: Mirror, man: BundleManifest, man_byt
         staging.write_bundle_file(name, versions.version_rel(v, inner), data)
         staging.write_bundle_file(name, inner, data)  # the working copy, as import leaves it
     staging.write_bundle_file(name, ATTESTATIONS_FILE, b"".join(ln + b"\n" for ln in lines))
-    # the mirror's previous version, so verify checks the chain the commit will create
-    prev = versions.read_manifest(mirror, name, v - 1) if v > 1 else None
+    # the mirror's previous version (a flipped one, never a crashed writer's leftover), so
+    # verify checks the chain the commit will create
+    cur = versions.current_version(mirror, name)
+    prev = versions.read_manifest(mirror, name, v - 1) if cur is not None and 1 < v <= cur + 1 \
+        else None
     if prev is not None:
         versions.write_manifest(staging, name, v - 1, prev)
     staging.write_bundle_file(name, versions.CURRENT_REF, f"{v}\n".encode())
