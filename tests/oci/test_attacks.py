@@ -12,22 +12,21 @@ import pytest
 
 from specbundle import attest
 from specbundle.digest import sha256_bytes
-from specbundle.mirror import Mirror
+from specbundle.mirror import Mirror, versions
+from specbundle.mirror.versions import model_sig_rel, read_version_file
 from specbundle.oci import RegistryBackend, RegistryOptions, parse_reference, push_bundle
 from specbundle.oci.media import (
     ANN_LINE,
     ANN_ROLE,
     DSSE_ENVELOPE,
-    EMPTY_CONFIG,
     IMAGE_INDEX,
     IMAGE_MANIFEST,
     SIGSTORE_BUNDLE,
     Descriptor,
     dumps,
 )
-from specbundle.sign import model_sig_rel
 from tests.clihelp import run_cli
-from tests.oci.builders import signed_pair, trust_file
+from tests.oci.builders import push_referrer, signed_pair, trust_file
 from tests.oci.registry import Registry
 
 
@@ -63,20 +62,6 @@ def test_a_tampered_blob_in_registry_storage_is_refused_with_exit_3(
     assert not Mirror.open(dst).has_object(weights.sha256)
 
 
-def _push_referrer(store: RegistryBackend, subject: Descriptor, kind: str, data: bytes,
-                   annotations: dict[str, str]) -> None:
-    """What anyone with push rights can add: a manifest of type ``kind`` about ``subject``."""
-    empty = store.push_bytes(f"sha256:{sha256_bytes(b'{}')}", b"{}")
-    layer = Descriptor(kind, f"sha256:{sha256_bytes(data)}", len(data))
-    store.push_bytes(layer.digest, data)
-    doc = dumps({"schemaVersion": 2, "mediaType": IMAGE_MANIFEST, "artifactType": kind,
-                 "config": {"mediaType": EMPTY_CONFIG, "digest": empty.digest, "size": 2},
-                 "layers": [layer.to_json()], "annotations": annotations,
-                 "subject": {"mediaType": subject.media_type, "digest": subject.digest,
-                             "size": subject.size}})
-    store.put_manifest(doc, IMAGE_MANIFEST, f"sha256:{sha256_bytes(doc)}", subject=subject)
-
-
 def test_a_referrer_signed_by_an_untrusted_key_is_ignored(
         tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str]) -> None:
     key, attacker = attest.generate_key(), attest.generate_key()
@@ -88,9 +73,9 @@ def test_a_referrer_signed_by_an_untrusted_key_is_ignored(
         store.get_manifest(res.manifests["target"], 1 << 20)[0]))
     # the attacker re-signs the same manifest with their own key and adds it as a referrer,
     # and adds a DSSE statement of their own to the bundle index
-    manifest = attest.open_model_sig(src.read_bundle_file("pair", model_sig_rel("target"))
+    manifest = attest.open_model_sig(read_version_file(src, "pair", 1, model_sig_rel("target"))
                                      or b"", key.public)
-    _push_referrer(store, target, SIGSTORE_BUNDLE, attest.build_model_sig(manifest, attacker),
+    push_referrer(store, target, SIGSTORE_BUNDLE, attest.build_model_sig(manifest, attacker),
                    {ANN_ROLE: "target"})
     trust = trust_file(tmp_path, key)
     dst = tmp_path / "isolated"
@@ -98,8 +83,8 @@ def test_a_referrer_signed_by_an_untrusted_key_is_ignored(
     assert code == 0, err
     ignored = json.loads(out)["ignored_referrers"]
     assert len(ignored) == 1 and "target model.sig" in ignored[0]
-    assert Mirror.open(dst).read_bundle_file("pair", model_sig_rel("target")) == \
-        src.read_bundle_file("pair", model_sig_rel("target"))
+    assert read_version_file(Mirror.open(dst), "pair", 1, model_sig_rel("target")) == \
+        read_version_file(src, "pair", 1, model_sig_rel("target"))
     # trusting only the attacker: the forged signature opens, but nothing else the policy
     # needs is signed by them, so the bundle fails closed
     code, out, _ = _pull(capsys, f"{registry.host}/forged/pair:v1", tmp_path / "other",
@@ -145,7 +130,7 @@ def test_an_untrusted_attestation_is_ignored_and_an_unsafe_path_refused(
                                                          rec.target.commit),
                                 attest.SLSA_VSA_V1, {"verificationResult": "PASSED"})
     line = attest.sign_statement(st, [attacker]).to_line()
-    _push_referrer(store, index, DSSE_ENVELOPE, line, {ANN_LINE: "1"})
+    push_referrer(store, index, DSSE_ENVELOPE, line, {ANN_LINE: "1"})
     code, out, err = _pull(capsys, f"{registry.host}/hostile/pair:v1", tmp_path / "iso",
                            trust_file(tmp_path, key))
     assert code == 0, err
@@ -153,29 +138,45 @@ def test_an_untrusted_attestation_is_ignored_and_an_unsafe_path_refused(
     log = Mirror.open(tmp_path / "iso").read_bundle_file("pair", "attestations.jsonl") or b""
     assert line not in log
 
-    # an index naming a bundle file outside the bundle folder
-    meta_digest = res.manifests["bundle"]
-    meta = json.loads(store.get_manifest(meta_digest, 1 << 22)[0])
-    other = next(x for x in meta["layers"] if x["annotations"].get(
-        "org.opencontainers.image.title") not in (None, "bundle.json"))
-    other["annotations"]["org.opencontainers.image.title"] = "../../../evil"
-    evil_meta = dumps(meta)
-    evil_d = f"sha256:{sha256_bytes(evil_meta)}"
-    store.put_manifest(evil_meta, IMAGE_MANIFEST, evil_d)
-    idx = json.loads(store.get_manifest(res.index_digest, 1 << 22)[0])
-    for m in idx["manifests"]:
-        if m["digest"] == meta_digest:
-            m["digest"], m["size"] = evil_d, len(evil_meta)
-    evil_idx = dumps(idx)
-    store.put_manifest(evil_idx, IMAGE_INDEX, f"sha256:{sha256_bytes(evil_idx)}", tag="evil")
-    code, _, err = _pull(capsys, f"{registry.host}/hostile/pair:evil", tmp_path / "iso2",
-                         trust_file(tmp_path, key))
-    assert code == 3 and "unsafe path" in err
+    # an index whose metadata names a file outside the bundle folder, or a file the signed
+    # version does not sign (the real manifest re-attached to it, as anyone could)
+    manifest = versions.read_manifest(src, "pair", 1) or b""
+    for n, (title, why) in enumerate([("../../../evil", "unsafe path"),
+                                      ("bundle.json", "not a signed file of version 1"),
+                                      ("versions/000001/sign/target/model.sig",
+                                       "not a signed file of version 1")]):
+        tag = _retitled(store, res.index_digest, res.manifests["bundle"], title, manifest)
+        code, _, err = _pull(capsys, f"{registry.host}/hostile/pair:{tag}",
+                             tmp_path / f"iso{n}", trust_file(tmp_path, key))
+        assert code == 3 and why in err, err
+        assert Mirror.open(tmp_path / f"iso{n}").bundle_names() == []
     assert not (tmp_path / "evil").exists()
 
 
+def _retitled(store: RegistryBackend, index_digest: str, meta_digest: str, title: str,
+              manifest: bytes) -> str:
+    """Tag an index whose metadata's scan report layer is renamed ``title``."""
+    meta = json.loads(store.get_manifest(meta_digest, 1 << 22)[0])
+    layer = next(x for x in meta["layers"] if x["annotations"].get(
+        "org.opencontainers.image.title", "").endswith("scan/report.json"))
+    layer["annotations"]["org.opencontainers.image.title"] = title
+    evil_meta = dumps(meta)
+    evil = Descriptor(IMAGE_MANIFEST, f"sha256:{sha256_bytes(evil_meta)}", len(evil_meta))
+    store.put_manifest(evil_meta, IMAGE_MANIFEST, evil.digest)
+    push_referrer(store, evil, DSSE_ENVELOPE, manifest, {ANN_ROLE: "manifest"})
+    idx = json.loads(store.get_manifest(index_digest, 1 << 22)[0])
+    for m in idx["manifests"]:
+        if m["digest"] == meta_digest:
+            m["digest"], m["size"] = evil.digest, evil.size
+    evil_idx = dumps(idx)
+    tag = f"evil-{sha256_bytes(title.encode())[:8]}"
+    store.put_manifest(evil_idx, IMAGE_INDEX, f"sha256:{sha256_bytes(evil_idx)}", tag=tag)
+    return tag
+
+
 @pytest.mark.parametrize("point", ["oci.pull-object-staged:2", "oci.pull-object-committed:2",
-                                   "oci.pull-files-written"])
+                                   "oci.pull-objects-moved", "oci.pull-files-written",
+                                   "oci.pull-attestations-appended", "versions.ref-flipped"])
 def test_a_pull_killed_anywhere_shows_nothing_and_the_rerun_completes(
         tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str],
         point: str) -> None:
@@ -195,3 +196,5 @@ def test_a_pull_killed_anywhere_shows_nothing_and_the_rerun_completes(
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["verification"]["ok"]
     assert Mirror.open(dst).load_bundle("pair") == src.load_bundle("pair")
+    assert versions.current_version(Mirror.open(dst), "pair") == 1
+    assert not list((dst / "tmp").glob("oci-*")), "the rerun leaves no staging behind"

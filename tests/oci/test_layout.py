@@ -110,7 +110,10 @@ def test_skopeo_carries_the_layout_into_a_registry_and_pull_verifies_it(
                              "--plain-http", "--json")
     assert code == 0, err
     assert json.loads(out)["verification"]["ok"]
-    # signatures and every attestation line came through skopeo's copies of the fallback tags
+    # the signed version and every attestation line came through skopeo's copies of the
+    # fallback tags
     iso = Mirror.open(tmp_path / "iso")
-    for rel in ("sign/target/model.sig", "sign/draft/model.sig", "attestations.jsonl"):
+    for rel in ("versions/000001/manifest.json", "versions/000001/sign/target/model.sig",
+                "versions/000001/sign/draft/model.sig", "versions/000001/scan/report.json",
+                "current", "attestations.jsonl"):
         assert iso.read_bundle_file("pair", rel) == src.read_bundle_file("pair", rel), rel

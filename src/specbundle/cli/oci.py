@@ -233,9 +233,10 @@ def render_from_registry(mirror: Mirror, res: RenderResult, repo: str, *,
     """
     ref = parse_reference(f"{repo}:x")
     base = f"{ref.registry}/{ref.repository}"
-    record = mirror.load_bundle(res.bundle)
+    contents = bundle_contents(mirror, res.bundle)  # the signed version, as push sends it
+    record = contents.record
     models = tuple((role, f"{base}@{d}") for role, d in model_digests(record).items())
-    index = pack_bundle(bundle_contents(mirror, res.bundle)).index.descriptor.digest
+    index = pack_bundle(contents).index.descriptor.digest
     meta = RenderMeta(bundle=res.bundle, engine=res.engine,
                       target_ref=f"{record.target.repo}@{record.target.commit}",
                       draft_ref=f"{record.draft.repo}@{record.draft.commit}"

@@ -1,9 +1,10 @@
 """Stage after sign: bundles as signed CNCF ModelPack artifacts in OCI registries.
 
-:func:`push_bundle` sends a signed bundle to a :class:`Backend` (a registry, or an OCI image
-layout directory for ``skopeo``/``oras copy`` across the gap): one ModelPack artifact per model,
-a metadata manifest (record with spec and pairing, scan report, rendered manifests), a bundle
-index tying them, and the signatures as referrers (OCI 1.1 API or fallback tag).
+:func:`push_bundle` sends a bundle's current signed version to a :class:`Backend` (a registry,
+or an OCI image layout directory for ``skopeo``/``oras copy`` across the gap): one ModelPack
+artifact per model, a metadata manifest (the version's scan report and image records), a
+bundle index tying them, and the signed bundle manifest, model.sig files and attestation lines
+as referrers (OCI 1.1 API or fallback tag).
 :func:`pull_bundle` (isolated side, may talk only to the internal registry or read a layout)
 stages everything, verifies it with the trust policy and only then commits it to a mirror.
 

@@ -51,6 +51,8 @@ ANN_ROLE = "dev.specbundle.role"
 ANN_BUNDLE = "dev.specbundle.bundle"
 ANN_LINE = "dev.specbundle.attestation.line"
 ANN_PREDICATE = "dev.specbundle.predicate-type"
+#: the bundle version on the metadata manifest: a pointer only, the signed manifest decides
+ANN_VERSION = "dev.specbundle.version"
 
 #: containerd's and distribution's limit for a manifest; anything bigger is refused unread.
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from specbundle.attest.manifest import BUNDLE_MANIFEST_V1
 from specbundle.digest import sha256_bytes
 from specbundle.oci.contents import BundleContents
 from specbundle.oci.media import (
@@ -20,6 +21,7 @@ from specbundle.oci.media import (
     ANN_PREDICATE,
     ANN_ROLE,
     ANN_TITLE,
+    ANN_VERSION,
     BUNDLE_ARTIFACT,
     BUNDLE_FILE,
     BUNDLE_INDEX_ARTIFACT,
@@ -147,7 +149,7 @@ def pack_bundle(c: BundleContents) -> Packed:
     extra = [Descriptor(OBJECT_LAYER, f"sha256:{o.sha256}", o.size)
              for o in c.objects.values() if o.sha256 not in model_blobs]
     meta = _doc(_manifest(BUNDLE_ARTIFACT, empty, [b.descriptor for b in files] + extra,
-                          annotations={ANN_BUNDLE: c.name}),
+                          annotations={ANN_BUNDLE: c.name, ANN_VERSION: str(c.version)}),
                 IMAGE_MANIFEST, {ANN_ROLE: "bundle"}, BUNDLE_ARTIFACT)
     manifests.append(meta)
     spec = c.record.spec
@@ -166,6 +168,14 @@ def pack_bundle(c: BundleContents) -> Packed:
         referrers.append(_doc(_manifest(SIGSTORE_BUNDLE, empty, [b.descriptor], subject=subj,
                                         annotations={ANN_ROLE: role}),
                               IMAGE_MANIFEST, {ANN_ROLE: role}, SIGSTORE_BUNDLE, subj))
+    # the signed bundle manifest: a DSSE referrer of the metadata manifest, like the log lines
+    # (pull tells them apart by the payload's predicate type, never by an annotation)
+    b = _blob(c.manifest_envelope, DSSE_ENVELOPE, {ANN_TITLE: "manifest.json"})
+    small.append(b)
+    ann = {ANN_ROLE: "manifest", ANN_PREDICATE: BUNDLE_MANIFEST_V1}
+    referrers.append(_doc(_manifest(DSSE_ENVELOPE, empty, [b.descriptor],
+                                    subject=meta.descriptor, annotations=ann),
+                          IMAGE_MANIFEST, ann, DSSE_ENVELOPE, meta.descriptor))
     for i, line in enumerate(c.envelopes):
         b = _blob(line, DSSE_ENVELOPE)
         small.append(b)

@@ -24,6 +24,7 @@ from specbundle.oci.media import (
     ANN_LINE,
     ANN_ROLE,
     ANN_TITLE,
+    ANN_VERSION,
     BUNDLE_ARTIFACT,
     BUNDLE_FILE,
     BUNDLE_INDEX_ARTIFACT,
@@ -39,6 +40,7 @@ from specbundle.oci.media import (
     WEIGHT,
     WEIGHT_CONFIG,
     Descriptor,
+    safe_rel,
 )
 from specbundle.oci.stage import Fetched, StageResult, stage_and_commit
 from specbundle.strict import MalformedDocument, load_json_file, loads_json
@@ -138,6 +140,17 @@ def _line(d: Descriptor) -> tuple[int, str]:
     return (int(n) if n.isdigit() and len(n) < 10 else 1 << 40, d.digest)
 
 
+def _version(doc: dict[str, Any]) -> int | None:
+    """The version the metadata manifest points at (unsigned: picks among signed manifests)."""
+    ann = doc.get("annotations")
+    raw = ann.get(ANN_VERSION) if isinstance(ann, dict) else None
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or not raw.isdigit() or len(raw) > 9:
+        raise VerificationError(f"bundle manifest names version {str(raw)[:20]!r}")
+    return int(raw)
+
+
 def _fetch(store: Backend, index_digest: str, index: dict[str, Any]) -> Fetched:
     # artifactType may be missing: skopeo 1.9 re-serialises an index without it. The index is
     # only a pointer; everything trusted comes from the verified bundle.
@@ -158,6 +171,7 @@ def _fetch(store: Backend, index_digest: str, index: dict[str, Any]) -> Fetched:
     if "target" not in by_role or "bundle" not in by_role:
         raise VerificationError("bundle index lacks the target or the bundle manifest")
     objects: dict[str, int] = {}
+    version: int | None = None
     sigs: dict[str, list[bytes]] = {}
     meta: dict[str, bytes] = {}
     for role, d in by_role.items():
@@ -166,13 +180,15 @@ def _fetch(store: Backend, index_digest: str, index: dict[str, Any]) -> Fetched:
         if doc.get("artifactType") != want:
             raise VerificationError(f"{role} manifest has artifactType "
                                     f"{str(doc.get('artifactType'))[:80]!r}, expected {want}")
+        if role == "bundle":
+            version = _version(doc)
         for layer in _layers(doc, f"{role} manifest"):
             if (role != "bundle" and layer.media_type in _MODEL_LAYERS) \
                     or (role == "bundle" and layer.media_type == OBJECT_LAYER):
                 if objects.setdefault(layer.hex, layer.size) != layer.size:
                     raise VerificationError(f"blob {layer.digest} is listed with two sizes")
             elif role == "bundle" and layer.media_type == BUNDLE_FILE:
-                rel = layer.annotations.get(ANN_TITLE, "")
+                rel = safe_rel(layer.annotations.get(ANN_TITLE, ""), "bundle file")
                 if rel in meta:
                     raise VerificationError(f"bundle file {rel!r} is listed twice")
                 meta[rel] = _small_blob(store, layer, f"bundle file {rel!r}")
@@ -182,7 +198,7 @@ def _fetch(store: Backend, index_digest: str, index: dict[str, Any]) -> Fetched:
         if role != "bundle":
             sigs[role] = [b for _, b in _referrers(store, d, SIGSTORE_BUNDLE)]
     envs = sorted(_referrers(store, by_role["bundle"], DSSE_ENVELOPE), key=lambda r: _line(r[0]))
-    return Fetched(index_digest, meta, sigs, [b for _, b in envs], objects)
+    return Fetched(index_digest, meta, sigs, [b for _, b in envs], objects, version)
 
 
 def pull_bundle(store: Backend, reference: str, mirror: Mirror, policy: TrustPolicy, *,

@@ -1,48 +1,65 @@
 """THE SEAM, pull side: stage what came from a registry, verify it, only then commit it.
 
-The same sequence as :mod:`specbundle.transfer.importer`: objects are written into a staging
-mirror under ``<mirror>/tmp/oci-<digest>/`` through :func:`specbundle.verify.write_hashed`
-(each byte hashed once, as it streams, and refused unless it matches the descriptor), the
-record, model.sig and attestation lines are written beside them, snapshots are linked, and
-:func:`specbundle.verify.verify_bundle` checks the staged bundle against the trust policy.
-Only then, under the mirror lock, is anything renamed into the mirror, record last.
+The same sequence as :mod:`specbundle.transfer.importer`, reusing its pieces: under the
+importer's staging lock, everything is written into a staging mirror under
+``<mirror>/tmp/oci-<digest>/``: objects through :func:`specbundle.verify.write_hashed` (each
+byte hashed once, as it streams, and refused unless it matches the descriptor), the signed
+bundle manifest as version N with its ``current`` ref, the version's model.sig, scan report
+and image records, the attestation lines. Snapshots are built from the *signed* manifest's
+record (nothing carried unsigned names a path), and :func:`specbundle.verify.verify_bundle`
+checks the staged version exactly as it will be used, with the mirror's revocations. Only
+then, under the mirror lock, :func:`~specbundle.transfer.importer.commit_version` writes the
+version and flips ``current`` last; an older version than the mirror's is a rollback and a
+different manifest for the same version a conflict, both refused.
 
 Signed material arrives as referrers anyone with push rights could add, so candidates are
-sorted here: a model.sig that no policy key opens and a DSSE line no trusted key signed are
-*ignored* (reported, never staged); a model.sig is still staged when no candidate opens, so
-verify reports the real problem and the pull fails closed.
-
-When the custody manifest lands, re-point :func:`stage_and_commit` at it: stage the manifest
-as one more signed file and let its verifier replace ``verify_bundle``.
+sorted here: a bundle manifest no unrevoked policy key scoped to its name and repos signed,
+a model.sig that no policy key opens and a DSSE line no trusted key signed are *ignored*
+(reported, never staged); without an acceptable manifest nothing is staged and the pull fails
+closed; a model.sig is still staged when no candidate opens, so verify reports the problem.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
-from specbundle import _faults
-from specbundle._fsutil import fsync_dir
-from specbundle.attest import ATTESTATIONS_FILE, Envelope, check_envelope, open_model_sig
+from specbundle import _faults, ids
+from specbundle.attest import (
+    ATTESTATIONS_FILE,
+    Envelope,
+    check_envelope,
+    check_statement,
+    open_model_sig,
+    parse_statement,
+)
+from specbundle.attest.manifest import BUNDLE_MANIFEST_V1, BundleManifest, parse_manifest
 from specbundle.errors import MirrorError, VerificationError
-from specbundle.mirror import Mirror
-from specbundle.oci.media import safe_rel
-from specbundle.record import BundleRecord, Role
-from specbundle.sign import model_sig_rel
+from specbundle.mirror import Mirror, versions
+from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.strict import MalformedDocument, loads_json
+from specbundle.transfer.importer import (
+    CommitPoints,
+    check_log_floor,
+    commit_version,
+    staging_lock,
+)
 from specbundle.verify import HashedFile, TrustPolicy, VerifiedBundle, verify_bundle, write_hashed
+from specbundle.verify.revocations import revoked_fingerprints
 
 __all__ = ["Fetched", "StageResult", "stage_and_commit"]
 
-_faults.register("oci.pull-object-staged", "oci.pull-object-committed", "oci.pull-files-written")
+_faults.register("oci.pull-object-staged", "oci.pull-object-committed", "oci.pull-files-written",
+                 "oci.pull-objects-moved", "oci.pull-attestations-appended")
+_POINTS = CommitPoints("oci.pull-objects-moved", "oci.pull-files-written",
+                       "oci.pull-attestations-appended", "oci.pull-object-committed")
 
 OpenBlob = Callable[[str, int], AbstractContextManager[Iterator[bytes]]]
 Progress = Callable[[int], None]
-_RESERVED = ("export/", "import/", "oci/", "sign/", ATTESTATIONS_FILE)
 
 
 @dataclass(frozen=True)
@@ -50,10 +67,11 @@ class Fetched:
     """What pull read from the store, all of it still unverified."""
 
     source: str                           # digest of the bundle index (names the staging dir)
-    meta_files: dict[str, bytes]          # bundle-relative path -> bytes, bundle.json included
+    meta_files: dict[str, bytes]          # bundle-relative path (versions/<N>/...) -> bytes
     model_sigs: dict[str, list[bytes]]    # role -> candidate model.sig bytes
-    envelopes: list[bytes]                # candidate attestation lines, in push order
+    envelopes: list[bytes]                # candidate DSSE lines (manifests too), in push order
     objects: dict[str, int]               # sha256 hex -> size the store declares
+    version: int | None = None            # the version the metadata manifest says it carries
 
 
 @dataclass(frozen=True)
@@ -68,21 +86,76 @@ class StageResult:
     ignored: tuple[str, ...] = field(default=())
 
 
-def _record(meta: dict[str, bytes]) -> BundleRecord:
-    raw = meta.get("bundle.json")
-    if raw is None:
-        raise VerificationError("the artifact carries no bundle record (bundle.json)")
+def _predicate_type(line: bytes) -> str | None:
+    """The payload's predicate type, unverified: only sorts manifests from log lines."""
     try:
-        return BundleRecord.from_json(loads_json(raw, what="bundle.json"))
-    except (MalformedDocument, MirrorError, KeyError, TypeError, ValueError,
-            AttributeError) as err:
-        raise VerificationError(f"bundle record is malformed: {err}") from None
+        env = Envelope.from_json(loads_json(line, what="attestation"))
+        return parse_statement(env.payload).predicate_type
+    except (MalformedDocument, VerificationError, ValueError, KeyError, TypeError,
+            AttributeError):
+        return None
+
+
+def _pick_manifest(cands: list[bytes], want: int | None, policy: TrustPolicy,
+                   revoked: Mapping[str, str], ignored: list[str]
+                   ) -> tuple[BundleManifest, bytes]:
+    """The one signed manifest an unrevoked policy key scoped to its name and repos signed."""
+    good: list[tuple[int, BundleManifest, bytes]] = []
+    why: list[str] = []
+    for i, data in enumerate(cands):
+        who = f"bundle manifest referrer #{i + 1}"
+        try:
+            cs = check_statement(Envelope.from_json(loads_json(data, what="bundle manifest")),
+                                 policy.public_keys)
+            if not cs.signers:
+                raise VerificationError("not signed by a key of the trust policy")
+            man = parse_manifest(cs.statement, cs.check.payload)
+        except (MalformedDocument, VerificationError) as err:
+            why.append(f"{who}: {err}")
+            continue
+        gone = sorted(cs.signers & revoked.keys())
+        ok = [fp for fp in cs.signers if fp not in revoked
+              and (k := policy.key(fp)) is not None and k.may_sign_all(man.repos, man.bundle)]
+        if not ok:
+            why.append(f"{who}: signed by key {gone[0][:16]}…, {revoked[gone[0]]}" if gone
+                       else f"{who}: no signer may sign bundle {man.bundle!r} with repos "
+                            f"{', '.join(man.repos)}")
+        elif want is not None and man.version != want:
+            why.append(f"{who}: version {man.version}, the artifact carries version {want}")
+        else:
+            good.append((len(ok), man, data))
+    if not good:
+        raise VerificationError("the artifact carries no bundle manifest signed by a key the "
+                                "policy trusts for it" + (f": {'; '.join(why)}" if why else ""))
+    if len({m.digest for _, m, _ in good}) > 1:
+        raise VerificationError(f"the artifact carries {len(good)} different trusted manifests "
+                                f"for bundle {good[0][1].bundle!r}; refusing to choose")
+    good.sort(key=lambda g: -g[0])  # the same statement: the copy with most eligible signers
+    ignored += why
+    return good[0][1], good[0][2]
+
+
+def _version_files(meta: dict[str, bytes], man: BundleManifest) -> dict[str, bytes]:
+    """The carried files of version N, each one the manifest signs (verify checks digests)."""
+    allowed = {SCAN_REPORT} | {f"images/{e}.json" for e in man.images}
+    out: dict[str, bytes] = {}
+    prefix = versions.version_rel(man.version) + "/"
+    for rel, data in sorted(meta.items()):
+        inner = rel.removeprefix(prefix)
+        try:
+            ids.check_rel_path(rel)
+            if inner == rel or inner not in allowed:
+                raise ValueError(f"not a signed file of version {man.version}")
+        except ValueError as err:
+            raise VerificationError(f"bundle file {rel[:200]!r} is refused: {err}") from None
+        out[inner] = data
+    return out
 
 
 def _pick_sig(role: str, repo: str, name: str, cands: list[bytes], policy: TrustPolicy,
-              ignored: list[str]) -> bytes | None:
+              revoked: Mapping[str, str], ignored: list[str]) -> bytes | None:
     keys = [k for k in policy.keys if k.fingerprint in policy.model_signers
-            and k.may_sign(repo, name)]
+            and k.fingerprint not in revoked and k.may_sign(repo, name)]
     for i, data in enumerate(cands):
         for k in keys:
             try:
@@ -111,19 +184,20 @@ def _pick_envelopes(lines: list[bytes], policy: TrustPolicy, ignored: list[str])
     return keep
 
 
-def _stage_objects(staging: Mirror, mirror: Mirror, rec: BundleRecord, fetched: Fetched,
+def _stage_objects(staging: Mirror, mirror: Mirror, man: BundleManifest, fetched: Fetched,
                    open_blob: OpenBlob, progress: Progress | None, workers: int
                    ) -> tuple[list[HashedFile], int]:
-    """Stage every object the record names; downloads run ``workers`` at a time (network,
+    """Stage every object the manifest names; downloads run ``workers`` at a time (network,
     hashing and fsync of different objects overlap, as skopeo's parallel layer copies do)."""
+    rec = man.record
     todo: list[tuple[str, int]] = []
     recorded = {f.sha256: f.size for a in rec.artifacts for f in a.files}
     for sha in sorted(rec.referenced_blobs()):
         size = fetched.objects.get(sha)
         if size is None:
-            raise VerificationError(f"the record names object {sha}, which the artifact lacks")
+            raise VerificationError(f"the manifest names object {sha}, which the artifact lacks")
         if recorded.get(sha, size) != size:  # before a byte is fetched: no disk-filling layer
-            raise VerificationError(f"object {sha} is {recorded[sha]} B in the record but "
+            raise VerificationError(f"object {sha} is {recorded[sha]} B in the manifest but "
                                     f"{size} B in the artifact")
         if staging.has_object(sha, size):
             continue
@@ -163,36 +237,52 @@ def _counting(blocks: Iterator[bytes], progress: Progress | None) -> Iterator[by
         yield b
 
 
-def _commit(staging: Mirror, mirror: Mirror, rec: BundleRecord, source: str) -> int:
-    """Rename objects in, link snapshots, write files, append new lines, record last."""
-    for sha in sorted(rec.referenced_blobs()):
-        if not mirror.has_object(sha):
-            dest = mirror.object_path(sha)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            staging.object_path(sha).replace(dest)
-            fsync_dir(dest.parent)
-            _faults.point("oci.pull-object-committed")
-    for art in rec.artifacts:
-        mirror.link_snapshot(art)
-    sroot = staging.bundle_dir(rec.name)
-    for p in sorted(sroot.rglob("*")):
-        rel = p.relative_to(sroot).as_posix()
-        if p.is_file() and rel not in ("bundle.json", ATTESTATIONS_FILE):
-            mirror.write_bundle_file(rec.name, rel, p.read_bytes())
-    new = staging.read_bundle_file(rec.name, ATTESTATIONS_FILE) or b""
-    old = mirror.read_bundle_file(rec.name, ATTESTATIONS_FILE) or b""
-    have = set(old.splitlines())
-    add = [ln for ln in new.splitlines() if ln and ln not in have]
-    if add:
-        prefix = b"\n" if old and not old.endswith(b"\n") else b""
-        mirror.write_bundle_file(rec.name, ATTESTATIONS_FILE,
-                                 old + prefix + b"\n".join(add) + b"\n")
-    _faults.point("oci.pull-files-written")
-    mirror.save_bundle(rec)
-    mirror.append_event("oci-pull", rec.name, {
-        "index": source, "target": rec.target.commit,
-        "draft": rec.draft.commit if rec.draft else None, "attestations_added": len(add)})
-    return len(add)
+def _write_version(staging: Mirror, mirror: Mirror, man: BundleManifest, man_bytes: bytes,
+                   files: dict[str, bytes], sigs: dict[str, bytes], lines: list[bytes]) -> None:
+    """Lay the version out in staging as the mirror will hold it (paths from ``man`` only)."""
+    name, v = man.bundle, man.version
+    versions.write_manifest(staging, name, v, man_bytes)
+    for role, sig in sigs.items():
+        staging.write_bundle_file(name, versions.version_rel(v, model_sig_rel(role)), sig)
+    for inner, data in files.items():
+        staging.write_bundle_file(name, versions.version_rel(v, inner), data)
+        staging.write_bundle_file(name, inner, data)  # the working copy, as import leaves it
+    staging.write_bundle_file(name, ATTESTATIONS_FILE, b"".join(ln + b"\n" for ln in lines))
+    # the mirror's previous version (a flipped one, never a crashed writer's leftover), so
+    # verify checks the chain the commit will create
+    cur = versions.current_version(mirror, name)
+    prev = versions.read_manifest(mirror, name, v - 1) if cur is not None and 1 < v <= cur + 1 \
+        else None
+    if prev is not None:
+        versions.write_manifest(staging, name, v - 1, prev)
+    staging.write_bundle_file(name, versions.CURRENT_REF, f"{v}\n".encode())
+
+
+def _unchanged(mirror: Mirror, verified: VerifiedBundle, man_bytes: bytes,
+               lines: list[bytes]) -> bool:
+    """This very version is current, its record saved, and no attestation line is new."""
+    name = verified.name
+    if versions.current_version(mirror, name) != verified.version \
+            or versions.read_manifest(mirror, name, verified.version) != man_bytes:
+        return False
+    try:
+        if mirror.load_bundle(name) != verified.record:
+            return False
+    except MirrorError:
+        return False
+    have = set((mirror.read_bundle_file(name, ATTESTATIONS_FILE) or b"").splitlines())
+    return all(ln in have for ln in lines)
+
+
+def _check_version(mirror: Mirror, name: str, v: int, man_bytes: bytes) -> None:
+    """Refuse a rollback, or another manifest for a version the mirror holds (lock held)."""
+    cur = versions.current_version(mirror, name)
+    if cur is not None and cur > v:
+        raise VerificationError(f"rollback refused: {name!r} is at bundle version {cur}, the "
+                                f"artifact carries version {v}")
+    if cur == v and versions.read_manifest(mirror, name, v) != man_bytes:
+        raise VerificationError(f"mirror already holds another version {v} of {name!r}; "
+                                "versions are immutable", hint="pull into another mirror")
 
 
 def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open_blob: OpenBlob,
@@ -200,51 +290,54 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
     """Stage, verify with :func:`verify_bundle`, then commit ``fetched`` into ``mirror``.
 
     Raises:
-        VerificationError: a malformed or conflicting record, a blob that does not match its
-            digest, an unsafe path (exit 3).
+        VerificationError: no trusted manifest, a blob that does not match its digest, an
+            unsafe or unsigned file, a rollback or a conflicting version (exit 3).
         BundleVerificationFailed: the staged bundle fails verification (exit 3).
     """
-    rec = _record(fetched.meta_files)
-    existing = mirror.read_bundle_file(rec.name, "bundle.json")
-    if existing is not None and _record({"bundle.json": existing}) != rec:
-        raise VerificationError(f"mirror already holds a different bundle named {rec.name!r}; "
-                                "refusing to replace it", hint="pull into another mirror")
     ignored: list[str] = []
-    staging = Mirror.open(
-        mirror.tmp_dir / f"oci-{fetched.source.removeprefix('sha256:')[:24]}", create=True)
-    for rel, data in sorted(fetched.meta_files.items()):
-        safe_rel(rel, "bundle file")
-        if rel.startswith(_RESERVED):
-            raise VerificationError(f"bundle file {rel!r} is in a reserved place")
-        if rel != "bundle.json":
-            staging.write_bundle_file(rec.name, rel, data)
-    for art in rec.artifacts:
-        role: Role = art.role
-        sig = _pick_sig(role, art.repo, rec.name, fetched.model_sigs.get(role, []), policy,
-                        ignored)
+    revoked = revoked_fingerprints(mirror, policy)
+    manifests = [ln for ln in fetched.envelopes if _predicate_type(ln) == BUNDLE_MANIFEST_V1]
+    man, man_bytes = _pick_manifest(manifests, fetched.version, policy, revoked, ignored)
+    name = man.bundle
+    files = _version_files(fetched.meta_files, man)
+    sigs: dict[str, bytes] = {}
+    for art in man.record.artifacts:
+        sig = _pick_sig(art.role, art.repo, name, fetched.model_sigs.get(art.role, []), policy,
+                        revoked, ignored)
         if sig is not None:
-            staging.write_bundle_file(rec.name, model_sig_rel(role), sig)
-    lines = _pick_envelopes(fetched.envelopes, policy, ignored)
-    staging.write_bundle_file(rec.name, ATTESTATIONS_FILE,
-                              b"".join(ln + b"\n" for ln in lines))
-    hashed, nbytes = _stage_objects(staging, mirror, rec, fetched, open_blob, progress, workers)
-    with staging.lock():
-        staging.save_bundle(rec)
-    try:
-        for art in rec.artifacts:
-            staging.link_snapshot(art)
-    except MirrorError as err:
-        raise VerificationError(f"artifact is incomplete: {err.message}") from err
-    verified = verify_bundle(staging, rec.name, policy, hashed=hashed, progress=progress)
-    with mirror.lock():
-        unchanged = existing is not None and _same_log(mirror, staging, rec.name)
-        added = 0 if unchanged else _commit(staging, mirror, rec, fetched.source)
-    shutil.rmtree(staging.root, ignore_errors=True)
+            sigs[art.role] = sig
+    lines = _pick_envelopes([ln for ln in fetched.envelopes if ln not in manifests], policy,
+                            ignored)
+    with staging_lock(mirror):
+        with mirror.lock():
+            _check_version(mirror, name, man.version, man_bytes)  # fail before fetching
+        staging = Mirror.open(
+            mirror.tmp_dir / f"oci-{fetched.source.removeprefix('sha256:')[:24]}", create=True)
+        shutil.rmtree(staging.bundle_dir(name), ignore_errors=True)  # objects resume, not files
+        _write_version(staging, mirror, man, man_bytes, files, sigs, lines)
+        hashed, nbytes = _stage_objects(staging, mirror, man, fetched, open_blob, progress,
+                                        workers)
+        try:
+            for art in man.record.artifacts:
+                staging.link_snapshot(art)
+        except MirrorError as err:
+            raise VerificationError(f"artifact is incomplete: {err.message}") from err
+        verified = verify_bundle(staging, name, policy, hashed=hashed, progress=progress,
+                                 revoked=revoked)
+        with mirror.lock():
+            check_log_floor(mirror)
+            _check_version(mirror, name, verified.version, man_bytes)  # another writer won?
+            unchanged = _unchanged(mirror, verified, man_bytes, lines)
+            added = 0
+            if not unchanged:
+                versions.reclaim_unflipped(mirror, name)  # a crashed writer's version folders
+                added = commit_version(staging, mirror, verified, points=_POINTS)
+                mirror.append_event("oci-pull", name, {
+                    "index": fetched.source, "bundle_version": verified.version,
+                    "manifest_sha256": verified.manifest_digest,
+                    "target": verified.record.target.commit,
+                    "draft": verified.record.draft.commit if verified.record.draft else None,
+                    "attestations_added": added})
+        shutil.rmtree(staging.root, ignore_errors=True)
     return StageResult(verified, "unchanged" if unchanged else "pulled", len(hashed), nbytes,
                        added, tuple(ignored))
-
-
-def _same_log(mirror: Mirror, staging: Mirror, name: str) -> bool:
-    old = set((mirror.read_bundle_file(name, ATTESTATIONS_FILE) or b"").splitlines())
-    new = set((staging.read_bundle_file(name, ATTESTATIONS_FILE) or b"").splitlines())
-    return new <= old

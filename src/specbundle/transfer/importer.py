@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -67,7 +68,8 @@ from specbundle.verify.revocations import (
     revoked_fingerprints,
 )
 
-__all__ = ["IMPORT_STATE", "ImportResult", "import_bundle", "read_index"]
+__all__ = ["IMPORT_POINTS", "IMPORT_STATE", "CommitPoints", "ImportResult", "check_log_floor",
+           "commit_version", "import_bundle", "read_index", "staging_lock"]
 
 IMPORT_STATE = "import/state.json"
 _STAGING_TIMEOUT_S = 3600.0
@@ -263,28 +265,52 @@ def _link_existing(mirror: Mirror, staging: Mirror, part: Part) -> bool:
 _SKIP = ("bundle.json", ATTESTATIONS_FILE, versions.CURRENT_REF)
 
 
-def _commit(staging: Mirror, mirror: Mirror, idx: TransferIndex, index_bytes: bytes,
-            verified: VerifiedBundle, revocations: list[dict[str, Any]]) -> None:
-    """Everything of the new version first, the ``current`` flip last (then bookkeeping)."""
-    rec = verified.record
+@dataclass(frozen=True)
+class CommitPoints:
+    """The commit-point names (:mod:`specbundle._faults`) one caller of
+    :func:`commit_version` passes, so each stage keeps its own kill-at-this-point names."""
+
+    objects_moved: str
+    files_written: str
+    appended: str
+    #: passed after each object renamed into the store (None: not marked)
+    object_moved: str | None = None
+
+
+IMPORT_POINTS = CommitPoints("import.objects-moved", "import.files-written",
+                             "import.attestations-appended")
+
+
+def commit_version(staging: Mirror, mirror: Mirror, verified: VerifiedBundle,
+                   revocations: Iterable[dict[str, Any]] = (), *,
+                   points: CommitPoints = IMPORT_POINTS) -> int:
+    """Commit a version verified in ``staging`` into ``mirror``; the caller holds its lock.
+
+    Objects renamed into the store, snapshots linked, the version's files written, new
+    attestation lines and revocations appended, then ``current`` flipped by one rename (the
+    commit point) and the record copy saved. Returns the attestation lines added.
+    """
+    rec, name = verified.record, verified.name
     for sha in sorted(rec.referenced_blobs()):
         if not mirror.has_object(sha):
             dest = mirror.object_path(sha)
             dest.parent.mkdir(parents=True, exist_ok=True)
             staging.object_path(sha).replace(dest)  # same filesystem: a rename
             fsync_dir(dest.parent)
-    _faults.point("import.objects-moved")
+            if points.object_moved:
+                _faults.point(points.object_moved)
+    _faults.point(points.objects_moved)
     for art in rec.artifacts:
         mirror.link_snapshot(art)
-    sroot = staging.bundle_dir(idx.bundle)
+    sroot = staging.bundle_dir(name)
     for p in sorted(sroot.rglob("*")):
         rel = p.relative_to(sroot).as_posix()
         if p.is_file() and not p.is_symlink() and rel not in _SKIP \
                 and not any(x.startswith(".") for x in rel.split("/")):
-            mirror.write_bundle_file(idx.bundle, rel, p.read_bytes())
-    _faults.point("import.files-written")
-    new = attestations_path(staging, idx.bundle)
-    old = attestations_path(mirror, idx.bundle)
+            mirror.write_bundle_file(name, rel, p.read_bytes())
+    _faults.point(points.files_written)
+    new = attestations_path(staging, name)
+    old = attestations_path(mirror, name)
     have = set(old.read_bytes().splitlines()) if old.exists() else set()
     add = [ln for ln in (new.read_bytes().splitlines() if new.exists() else []) if ln
            and ln not in have]
@@ -299,15 +325,23 @@ def _commit(staging: Mirror, mirror: Mirror, idx: TransferIndex, index_bytes: by
     for env in revocations:
         if sha256_bytes(Envelope.from_json(env).to_line()) not in known:
             mirror.append_event(REVOCATION_EVENT, None, {"envelope": env, "via": "import"})
-    _faults.point("import.attestations-appended")
-    versions.flip_current(mirror, idx.bundle, verified.version)
+    _faults.point(points.appended)
+    versions.flip_current(mirror, name, verified.version)
     mirror.save_bundle(rec)
+    return len(add)
+
+
+def _commit(staging: Mirror, mirror: Mirror, idx: TransferIndex, index_bytes: bytes,
+            verified: VerifiedBundle, revocations: list[dict[str, Any]]) -> None:
+    """Everything of the new version first, the ``current`` flip last (then bookkeeping)."""
+    rec = verified.record
+    added = commit_version(staging, mirror, verified, revocations)
     mirror.write_bundle_file(idx.bundle, "import/index.json", index_bytes)
     mirror.append_event("import", idx.bundle, {
         "version": idx.version, "index_sha256": sha256_bytes(index_bytes),
         "bundle_version": verified.version, "manifest_sha256": verified.manifest_digest,
         "target": rec.target.commit, "draft": rec.draft.commit if rec.draft else None,
-        "attestations_added": len(add)})
+        "attestations_added": added})
     mirror.write_bundle_file(idx.bundle, IMPORT_STATE, json.dumps(
         {"version": idx.version, "index_sha256": sha256_bytes(index_bytes),
          "manifest_sha256": verified.manifest_digest, "log_seq": _log_seq(mirror)}).encode())
@@ -319,6 +353,12 @@ def _log_seq(mirror: Mirror) -> int:
     events = read_events_lenient(mirror.events_path)
     seqs = [e["seq"] for e in events if isinstance(e.get("seq"), int)]
     return max(seqs, default=-1)
+
+
+def check_log_floor(mirror: Mirror) -> None:
+    """Refuse a log shorter than one an earlier import saw (its tail was cut); caller holds
+    the mirror lock."""
+    _check_floor(mirror)
 
 
 def _check_floor(mirror: Mirror) -> None:
@@ -363,13 +403,24 @@ def import_bundle(
     revocations, index_revoked = _index_revocations(idx, policy)
     # Staging is held by one importer at a time (a second one waits, then finds the set
     # imported or resumes the staged bytes); the mirror lock is taken only to commit.
+    with staging_lock(mirror):
+        return _import_locked(src, mirror, policy, idx, index_bytes, digest, revocations,
+                              index_revoked, progress)
+
+
+@contextmanager
+def staging_lock(mirror: Mirror) -> Iterator[None]:
+    """Held while staging into ``mirror``'s ``tmp/``: one importer (transfer set or OCI pull)
+    at a time; the mirror lock is taken inside it only to commit."""
+    lock = filelock.FileLock(str(mirror.root / ".import.lock"))
     try:
-        with filelock.FileLock(str(mirror.root / ".import.lock"),
-                               timeout=_STAGING_TIMEOUT_S):
-            return _import_locked(src, mirror, policy, idx, index_bytes, digest, revocations,
-                                  index_revoked, progress)
+        lock.acquire(timeout=_STAGING_TIMEOUT_S)
     except filelock.Timeout as err:
-        raise MirrorError(f"another import of this transfer set holds {mirror.tmp_dir}") from err
+        raise MirrorError(f"another import holds {mirror.tmp_dir}") from err
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _import_locked(src: Path, mirror: Mirror, policy: TrustPolicy, idx: TransferIndex,
