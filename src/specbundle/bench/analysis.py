@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specbundle.bench import stats
+from specbundle.bench import checks, stats
 from specbundle.bench.client import LevelRun, RequestResult
 from specbundle.bench.engines import adapter_for
 from specbundle.bench.prometheus import NOT_COMPARABLE, WindowDelta
@@ -39,6 +39,7 @@ class AnalysisInputs:
     confidence: float
     min_ratio_lower_bound: float
     min_token_agreement: float
+    min_agreement_vs_floor: float = 0.5
 
 
 def _ms(values: Sequence[float]) -> stats.Summary | None:
@@ -159,9 +160,11 @@ def analyse_levels(raw: RawRun, inp: AnalysisInputs) -> tuple[LevelResult, ...]:
             if len(tb) >= 3 and len(ts) >= 3:
                 boot = stats.bootstrap_ratio_ci(tb, ts, confidence=inp.confidence)
         acc = acceptance(raw.engine, raw.spec.deltas.get(c, []), s_runs)
-        c_meas = draft_cost(raw, c, draft, base)
+        c_ci = checks.draft_cost_ci(raw, c, inp.confidence)
+        c_meas = c_ci.ratio if c_ci is not None else draft_cost(raw, c, draft, base)
         tau, g, alpha = acc.mean_acceptance_length, acc.mean_draft_length, acc.alpha
         c_bb = stats.black_box_c(tau, ratio.ratio, g) if tau and g and ratio else None
+        c_gate = c_ci.high if c_ci is not None else c_meas
         pred = stats.predicted_improvement(alpha, g, c_meas) \
             if alpha is not None and g and c_meas is not None else None
         b_d, s_d = raw.base.deltas.get(c, []), raw.spec.deltas.get(c, [])
@@ -169,11 +172,12 @@ def analyse_levels(raw: RawRun, inp: AnalysisInputs) -> tuple[LevelResult, ...]:
             concurrency=c, base=base, spec=spec, draft=draft, ratio=ratio, ratio_bootstrap=boot,
             rounds_needed=needed, acceptance=acc, c_measured=c_meas, c_black_box=c_bb,
             predicted_improvement=pred,
-            alpha_above_c=(alpha > c_meas) if alpha is not None and c_meas is not None else None,
+            alpha_above_c=(alpha > c_gate) if alpha is not None and c_gate is not None else None,
             preemptions_base=_sum_opt([d.preemptions for d in b_d]),
             preemptions_spec=_sum_opt([d.preemptions for d in s_d]),
             kv_usage_end_base=b_d[-1].kv_usage_end if b_d else None,
             kv_usage_end_spec=s_d[-1].kv_usage_end if s_d else None,
+            c_ci=c_ci, c_check=checks.cost_check(c_ci, tau, g, ratio),
         ))
     return tuple(out)
 
@@ -211,11 +215,16 @@ def validity(raw: RawRun, inp: AnalysisInputs) -> Validity:
     agreement = sum(same) / len(same) if same else None
     bad_ids = tuple(sorted({b.prompt_id.split("#")[0]
                             for (b, _), eq in zip(pairs, same, strict=True) if not eq}))
+    floor = checks.agreement(raw, inp.max_tokens)
     if agreement is None:
         problems.append("token agreement unmeasured: no prompt completed in both arms")
-    elif agreement < inp.min_token_agreement:
-        problems.append(f"token agreement {agreement:.3f} < {inp.min_token_agreement:.3f}: "
-                        "the arms generate different outputs")
+    elif floor.relative is None:
+        problems.append("token agreement unmeasured against its floor: no baseline A/A pair")
+    elif floor.relative < inp.min_agreement_vs_floor:
+        problems.append(f"token agreement: common prefix {floor.spec_mean_prefix:.1f} tokens is "
+                        f"{floor.relative:.2f} of the baseline's own {floor.aa_mean_prefix:.1f} "
+                        f"(< {inp.min_agreement_vs_floor:.2f}): the arms generate different "
+                        "outputs")
     arms = [raw.base, raw.spec] + ([raw.draft] if raw.draft else [])
     all_res = [r for a in arms for runs in a.runs.values() for run in runs for r in run.results]
     failed = [r for r in all_res if not r.ok]
@@ -256,4 +265,5 @@ def validity(raw: RawRun, inp: AnalysisInputs) -> Validity:
         slots_cover_concurrency=slots, engine_errors=len(failed),
         error_samples=tuple(sorted({r.error or "" for r in failed}))[:5],
         spec_counters_moved=moved, base_counters_flat=flat, problems=tuple(problems),
+        agreement=floor,
     )

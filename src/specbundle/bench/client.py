@@ -181,12 +181,14 @@ class RequestResult:
     text: str
     finish_reason: str | None
     server: Mapping[str, Any] = field(default_factory=dict)
+    # generated token ids, where the engine streams them (llama.cpp ``return_tokens``)
+    token_ids: tuple[int, ...] | None = None
 
 
 class _Recorder:
     """Per-request state fed by the transport; kept small because it runs per chunk."""
 
-    __slots__ = ("chat", "cum", "finish", "parts", "server", "times", "usage")
+    __slots__ = ("chat", "cum", "finish", "ids", "parts", "server", "times", "usage")
 
     def __init__(self, chat: bool) -> None:
         self.chat = chat
@@ -196,6 +198,7 @@ class _Recorder:
         self.usage: dict[str, Any] | None = None
         self.server: dict[str, Any] = {}
         self.finish: str | None = None
+        self.ids: list[int] | None = []
 
     def __call__(self, now: int, payload: bytes) -> bool:
         if payload == b"[DONE]":
@@ -221,6 +224,12 @@ class _Recorder:
             return True
         self.times.append(now)
         self.parts.append(text)
+        if self.ids is not None:
+            toks = c.get("tokens", obj.get("tokens"))
+            if isinstance(toks, list):
+                self.ids.extend(toks)
+            else:
+                self.ids = None
         usage = obj.get("usage")
         if usage is not None:  # vLLM continuous_usage_stats: cumulative per chunk
             self.usage = usage
@@ -281,6 +290,7 @@ def _finish(prompt_id: str, start: int, rec: _Recorder | GenerateRecorder) -> Re
         itl_chunk=tuple(gaps), itl_token=tuple(itl_token), chunks=len(times),
         prompt_tokens=usage.get("prompt_tokens"), completion_tokens=total, token_source=source,
         text="".join(rec.parts), finish_reason=rec.finish, server=server,
+        token_ids=tuple(rec.ids) if isinstance(rec, _Recorder) and rec.ids else None,
     )
 
 

@@ -140,6 +140,47 @@ def _table(levels: Sequence[LevelResult]) -> str:
     return ("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + f"</tr>{rows}</table>")
 
 
+def _measurement(report: BenchReport) -> str:
+    """c with its interval and its black-box cross-check, the agreement floor, the stopping."""
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{x}</td>" for x in (
+            lv.concurrency, _fmt(lv.c_ci.ratio if lv.c_ci else lv.c_measured),
+            _fmt(lv.c_ci.low if lv.c_ci else None), _fmt(lv.c_ci.high if lv.c_ci else None),
+            _fmt(lv.c_ci.n_base if lv.c_ci else None),
+            _fmt(lv.c_check.black_box_low if lv.c_check else None),
+            _fmt(lv.c_check.black_box_high if lv.c_check else None),
+            _fmt(lv.c_check.consistent if lv.c_check else None))) + "</tr>"
+        for lv in report.levels)
+    checks = "".join(f"<li>concurrency {lv.concurrency}: {html.escape(lv.c_check.note)}</li>"
+                     for lv in report.levels if lv.c_check)
+    out = ("<h2>Draft cost c (interleaved, one draft launch per round)</h2><table><tr>"
+           + "".join(f"<th>{h}</th>" for h in ("concurrency", "c", "CI low", "CI high",
+                                                "rounds", "black-box low", "black-box high",
+                                                "consistent"))
+           + f"</tr>{rows}</table><ul>{checks}</ul>")
+    a = report.validity.agreement
+    if a is not None:
+        out += (f"<h2>Output agreement against its floor</h2><p>Mean common prefix "
+                f"({html.escape(a.basis)}) of speculation with the baseline "
+                f"{_fmt(a.spec_mean_prefix, '.1f')} of {a.max_tokens} tokens over "
+                f"{a.spec_pairs} pairs; the baseline with itself (A/A, relaunched) "
+                f"{_fmt(a.aa_mean_prefix, '.1f')} over {a.aa_pairs} pairs; relative "
+                f"{_fmt(a.relative)}. Identical full outputs: speculation "
+                f"{_fmt(a.spec_identical)}, A/A {_fmt(a.aa_identical)}.</p><table><tr>"
+                "<th>prompt</th><th>mean first divergence (tokens)</th></tr>"
+                + "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.1f}</td></tr>"
+                          for k, v in a.first_divergence.items()) + "</table>")
+    st = report.stopping
+    if st is not None:
+        need = f"; about {st.rounds_to_resolve} rounds per arm would resolve it" \
+            if st.rounds_to_resolve else ""
+        out += (f"<h2>Stopping</h2><p>{html.escape(st.rule)} rule: {st.rounds} rounds "
+                f"(min {st.min_rounds}, max {st.max_rounds}), stopped: "
+                f"{html.escape(st.reason)}; outcome at P95 against {st.threshold:.3g}: "
+                f"<b>{html.escape(st.outcome)}</b>{need}; {st.elapsed_s:.0f} s.</p>")
+    return out
+
+
 def render_html(report: BenchReport) -> str:
     """The whole page; no scripts, no external references."""
     v = report.validity
@@ -166,6 +207,7 @@ crossover concurrency {_fmt(report.crossover_concurrency)}.</p>
 per-chunk ITL rises while throughput improves.</p>
 {_throughput(report.levels)}{_positions(p95)}{_speedup(report.levels)}
 <h2>Per level</h2>{_table(report.levels)}
+{_measurement(report)}
 <h2>Concurrency ceiling</h2><p>KV capacity base {_fmt(ceiling.kv_capacity_base)}, spec
 {_fmt(ceiling.kv_capacity_spec)}, drop {_fmt(ceiling.drop)}. {html.escape(ceiling.note)}</p>
 <h2>Validity</h2><p>Token agreement {_fmt(v.token_agreement)} over {v.compared_outputs}

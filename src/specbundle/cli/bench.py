@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -64,6 +65,21 @@ def show_report(report: BenchReport, path: Path) -> None:
                   f"engine errors {v.engine_errors}; crossover concurrency "
                   f"{report.crossover_concurrency or '-'}; KV ceiling drop "
                   f"{_fmt(report.ceiling.drop)}")
+    fl = v.agreement
+    if fl is not None:
+        console.print(f"common prefix {_fmt(fl.spec_mean_prefix, '.1f')} tokens vs the A/A "
+                      f"floor {_fmt(fl.aa_mean_prefix, '.1f')} ({fl.basis}): relative "
+                      f"{_fmt(fl.relative, '.2f')}")
+    for lv in report.levels:
+        if lv.c_ci is not None:
+            console.print(f"c at {lv.concurrency}: {lv.c_ci.ratio:.3f} [{lv.c_ci.low:.3f}, "
+                          f"{lv.c_ci.high:.3f}] over {lv.c_ci.n_base} rounds"
+                          + (f"; {lv.c_check.note}" if lv.c_check else ""))
+    st = report.stopping
+    if st is not None:
+        console.print(f"stopping: {st.outcome} after {st.rounds} rounds ({st.reason})"
+                      + (f", about {st.rounds_to_resolve} rounds per arm would resolve it"
+                         if st.rounds_to_resolve else ""))
     for p in v.problems:
         console.print(f"[red]invalid:[/] {p}")
     for n in report.notes:
@@ -152,15 +168,20 @@ def make_options(base_url: str | None, baseline_url: str | None, draft_url: str 
 @click.argument("bundle")
 @mirror_option
 @bench_options
+@click.option("--time-budget", type=click.FloatRange(min=1.0), default=None,
+              help="Seconds: start no extra ABBA pair that would end past this (default: the "
+                   "spec's bench.time_budget_s).")
 @json_option
 def command(bundle: str, mirror_dir: Path | None, engine: str, runtime: str,
             base_url: str | None,
             baseline_url: str | None, draft_url: str | None, binary: Path | None,
             rounds: int | None, max_rounds: int | None, requests_per_level: int | None,
-            max_tokens: int | None, levels: str | None, aa_rounds: int, as_json: bool) -> None:
+            max_tokens: int | None, levels: str | None, aa_rounds: int,
+            time_budget: float | None, as_json: bool) -> None:
     """Benchmark BUNDLE with and without speculation (same engine, prompts, concurrency)."""
-    opts = make_options(base_url, baseline_url, draft_url, binary, rounds, requests_per_level,
-                        max_tokens, levels, aa_rounds, runtime, max_rounds)
+    opts = replace(make_options(base_url, baseline_url, draft_url, binary, rounds,
+                                requests_per_level, max_tokens, levels, aa_rounds, runtime,
+                                max_rounds), time_budget_s=time_budget)
     mirror = open_mirror(mirror_dir)
     with step_progress(not as_json) as progress:
         report = run_bench(mirror, bundle, engine=engine, options=opts, progress=progress)

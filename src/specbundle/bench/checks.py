@@ -1,0 +1,149 @@
+"""Measurement checks that hold on real models and busy machines: c per round, agreement floor.
+
+c is a ratio of two step times; measured once, in a quiet moment, against baseline rounds that
+ran under load, it came out 7x too low for a draft that is the target itself. Here the draft
+has its own launch in every round, so each round gives one paired ratio draft/baseline and c
+gets a confidence interval over rounds (:func:`stats.paired_ratio_ci`). The black-box c the
+A/B result implies is its cross-check (:class:`~specbundle.bench.report.CostCheck`).
+
+Output agreement is judged against its own floor: two launches of the baseline (consecutive
+rounds, the same requests) are an A/A pair at no extra cost, and their common prefix is what
+hardware numerics alone allow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specbundle.bench import stats
+from specbundle.bench.client import LevelRun, RequestResult
+from specbundle.bench.engines import adapter_for
+from specbundle.bench.report import Agreement, CostCheck
+from specbundle.bench.runner import RawRun
+
+__all__ = ["agreement", "cost_check", "draft_cost_ci", "round_steps"]
+
+
+def _step(engine: str, run: LevelRun) -> float | None:
+    """Mean per-token step time of one run: server-side where reported, else client TPOT."""
+    adapter = adapter_for(engine)
+    steps = [adapter.step_ms(r.server) for r in run.ok]
+    if steps and None not in steps:
+        vals = [s for s in steps if s]
+        return sum(vals) / len(vals) if vals else None
+    tpots = [r.tpot for r in run.ok if r.tpot]
+    return sum(tpots) / len(tpots) if tpots else None
+
+
+def round_steps(engine: str, runs: Sequence[LevelRun]) -> list[float | None]:
+    """Per-round step times of one arm at one level."""
+    return [_step(engine, run) for run in runs]
+
+
+def draft_cost_ci(raw: RawRun, c: int, confidence: float) -> stats.RatioCI | None:
+    """c with its CI: per round, the draft's step time over that round's baseline step time.
+
+    Rounds pair by index (round r's draft launch follows round r's base/spec pair); a round
+    missing either side is dropped. Fewer than two pairs: no interval.
+    """
+    if raw.draft is None:
+        return None
+    d = round_steps(raw.engine, raw.draft.runs.get(c, []))
+    b = round_steps(raw.engine, raw.base.runs.get(c, []))
+    pairs = [(x, y) for x, y in zip(d, b, strict=False) if x and y]
+    if len(pairs) < 2:
+        return None
+    return stats.paired_ratio_ci([x for x, _ in pairs], [y for _, y in pairs],
+                                 confidence=confidence)
+
+
+def cost_check(c_ci: stats.RatioCI | None, tau: float | None, g: float | None,
+               ratio: stats.RatioCI | None) -> CostCheck | None:
+    """Measured c against the black-box c: consistent iff c_bb ∈ [c, c + 1] within the CIs.
+
+    S = τ / (1 + g·c + v) where v ∈ [0, g] is the extra cost of verifying g + 1 tokens in one
+    step (between free and g + 1 sequential steps), so c_bb = c + v/g. A black-box c below c
+    means speculation ran faster than its measured draft cost allows (c over-measured); one
+    above c + 1 means more cost than drafting and verifying can explain (c under-measured).
+    """
+    if c_ci is None or ratio is None or not tau or not g:
+        return None
+    bb = stats.black_box_c_interval(tau, ratio, g)
+    if bb is None:
+        return None
+    lo, hi = bb
+    point = stats.black_box_c(tau, ratio.ratio, g)
+    implied = None if point is None else point - c_ci.ratio
+    if hi < c_ci.low:
+        ok, note = False, (f"black-box c [{lo:.3f}, {hi:.3f}] is below measured c "
+                           f"[{c_ci.low:.3f}, {c_ci.high:.3f}]: speculation ran faster than "
+                           "the measured draft cost allows, so c is over-measured")
+    elif lo > c_ci.high + 1.0:
+        ok, note = False, (f"black-box c [{lo:.3f}, {hi:.3f}] exceeds measured c "
+                           f"[{c_ci.low:.3f}, {c_ci.high:.3f}] by more than verification can "
+                           "cost (v/g ≤ 1), so c is under-measured")
+    else:
+        ok = True
+        note = (f"black-box c [{lo:.3f}, {hi:.3f}] is consistent with measured c "
+                f"[{c_ci.low:.3f}, {c_ci.high:.3f}]"
+                + (f"; the gap v/g ≈ {implied:.3f} is verification cost" if implied and
+                   implied > 0 and hi < c_ci.low + 1.0 and lo > c_ci.high else ""))
+    return CostCheck(c_low=c_ci.low, c_high=c_ci.high, black_box_low=lo, black_box_high=hi,
+                     consistent=ok, implied_verification=implied, note=note)
+
+
+def _seq(r: RequestResult) -> tuple[tuple[object, ...], float]:
+    """The output as a sequence to compare, and tokens per element (1 for token ids)."""
+    if r.token_ids:
+        return tuple(r.token_ids), 1.0
+    return tuple(r.text), (r.completion_tokens / len(r.text)) if r.text else 1.0
+
+
+def _prefix(a: RequestResult, b: RequestResult) -> tuple[float, bool]:
+    sa, ka = _seq(a)
+    sb, kb = _seq(b)
+    n = stats.common_prefix(sa, sb)
+    same = sa == sb
+    tokens = float(min(a.completion_tokens, b.completion_tokens)) if same else n * min(ka, kb)
+    return tokens, same
+
+
+def _pairs_of(runs_a: dict[int, list[LevelRun]], runs_b: dict[int, list[LevelRun]],
+              shift: int) -> list[tuple[RequestResult, RequestResult]]:
+    """Requests matched by prompt id: round r of ``a`` with round r + shift of ``b``."""
+    out = []
+    for c, ra in runs_a.items():
+        rb = runs_b.get(c, [])
+        for i, run in enumerate(ra):
+            if i + shift >= len(rb):
+                break
+            other = {r.prompt_id: r for r in rb[i + shift].ok}
+            out += [(r, other[r.prompt_id]) for r in run.ok if r.prompt_id in other]
+    return out
+
+
+def agreement(raw: RawRun, max_tokens: int) -> Agreement:
+    """Speculation's common prefix with the baseline, and the baseline's own A/A prefix."""
+    spec_pairs = _pairs_of(raw.base.runs, raw.spec.runs, 0)
+    aa_pairs = _pairs_of(raw.base.runs, raw.base.runs, 1)
+    ids = all(a.token_ids and b.token_ids for a, b in spec_pairs + aa_pairs)
+    sp = [_prefix(a, b) for a, b in spec_pairs]
+    ap = [_prefix(a, b) for a, b in aa_pairs]
+    per: dict[str, list[float]] = {}
+    for (a, _), (n, _) in zip(spec_pairs, sp, strict=True):
+        per.setdefault(a.prompt_id.split("#")[0], []).append(n)
+
+    def mean(xs: Sequence[float]) -> float | None:
+        return sum(xs) / len(xs) if xs else None
+
+    s_mean, a_mean = mean([n for n, _ in sp]), mean([n for n, _ in ap])
+    rel = None
+    if s_mean is not None and a_mean:
+        rel = min(1.0, s_mean / a_mean)
+    return Agreement(
+        basis="token-ids" if ids and (sp or ap) else "text", max_tokens=max_tokens,
+        spec_pairs=len(sp), aa_pairs=len(ap),
+        spec_identical=mean([float(s) for _, s in sp]),
+        aa_identical=mean([float(s) for _, s in ap]),
+        spec_mean_prefix=s_mean, aa_mean_prefix=a_mean, relative=rel,
+        first_divergence={k: sum(v) / len(v) for k, v in sorted(per.items())})
