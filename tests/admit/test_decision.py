@@ -191,3 +191,13 @@ def test_inconclusive_is_its_own_outcome_with_the_rounds_it_would_take() -> None
     (reason,) = evaluate(r, T).reasons
     assert "inconclusive" in reason and "about 9 rounds" in reason
     assert BenchReport.from_json(r.to_json()) == r
+
+
+def test_tuned_schedule_reports_where_speculation_is_off_and_fails_when_off_at_p95() -> None:
+    tuned = {"run_id": "t1", "off_levels": [8], "k_at_p95": 3}
+    on = evaluate(replace(_report(), server={"tuned_schedule": tuned}), T)
+    crit = next(c for c in on.criteria if c.name == "tuned_schedule")
+    assert on.admitted and "speculation off at concurrency 8" in crit.detail
+    off = evaluate(replace(_report(), server={"tuned_schedule": {**tuned, "k_at_p95": 0,
+                                                                 "off_levels": [4, 8]}}), T)
+    assert any(r.startswith("tuned_schedule:") and "off at the P95" in r for r in off.reasons)

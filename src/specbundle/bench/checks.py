@@ -92,20 +92,23 @@ def cost_check(c_ci: stats.RatioCI | None, tau: float | None, g: float | None,
                      consistent=ok, implied_verification=implied, note=note)
 
 
-def _seq(r: RequestResult) -> tuple[tuple[object, ...], float]:
-    """The output as a sequence to compare, and tokens per element (1 for token ids)."""
-    if r.token_ids:
-        return tuple(r.token_ids), 1.0
-    return tuple(r.text), (r.completion_tokens / len(r.text)) if r.text else 1.0
-
-
 def _prefix(a: RequestResult, b: RequestResult) -> tuple[float, bool]:
-    sa, ka = _seq(a)
-    sb, kb = _seq(b)
-    n = stats.common_prefix(sa, sb)
+    """Common prefix in tokens, and whether the outputs are identical.
+
+    On token ids when both requests carry them; else on text, the character prefix scaled
+    to tokens by the output's characters per token.
+    """
+    if a.token_ids and b.token_ids:
+        sa: tuple[object, ...] = a.token_ids
+        sb: tuple[object, ...] = b.token_ids
+        per = 1.0
+    else:
+        sa, sb = tuple(a.text), tuple(b.text)
+        per = min(a.completion_tokens, b.completion_tokens) / max(len(a.text), len(b.text), 1)
     same = sa == sb
-    tokens = float(min(a.completion_tokens, b.completion_tokens)) if same else n * min(ka, kb)
-    return tokens, same
+    n = float(min(a.completion_tokens, b.completion_tokens)) if same else \
+        stats.common_prefix(sa, sb) * per
+    return n, same
 
 
 def _pairs_of(runs_a: dict[int, list[LevelRun]], runs_b: dict[int, list[LevelRun]],

@@ -225,11 +225,7 @@ class _Recorder:
         self.times.append(now)
         self.parts.append(text)
         if self.ids is not None:
-            toks = c.get("tokens", obj.get("tokens"))
-            if isinstance(toks, list):
-                self.ids.extend(toks)
-            else:
-                self.ids = None
+            self._ids(obj, c)
         usage = obj.get("usage")
         if usage is not None:  # vLLM continuous_usage_stats: cumulative per chunk
             self.usage = usage
@@ -242,6 +238,18 @@ class _Recorder:
         else:
             self.cum.append(None)
         return True
+
+    def _ids(self, obj: dict[str, Any], choice: dict[str, Any]) -> None:
+        """Token ids of this chunk: llama.cpp ``__verbose.tokens`` (request ``verbose``), vLLM
+        ``token_ids`` (request ``return_token_ids``); the first chunk without them stops the
+        collection, and outputs then compare as text."""
+        assert self.ids is not None  # noqa: S101 - checked by the caller
+        verbose = obj.get("__verbose")
+        toks = verbose.get("tokens") if isinstance(verbose, dict) else choice.get("token_ids")
+        if isinstance(toks, list) and all(isinstance(t, int) for t in toks):
+            self.ids.extend(toks)
+        else:
+            self.ids = None
 
     def _extras(self, obj: dict[str, Any]) -> None:
         if obj.get("usage"):
