@@ -99,3 +99,26 @@ def test_apply_tuned_sets_the_vllm_schedule_and_the_llamacpp_p95_setting() -> No
     lc = apply_tuned(spec, TunedSchedule("llamacpp", "r", 4, tiers)).engines.llamacpp
     assert lc is not None and lc.draft_n_max == 3 and math.isclose(lc.draft_p_min, 0.5)
     assert apply_tuned(spec, None) is spec
+
+
+def test_tune_result_round_trips_and_renders_its_plot() -> None:
+    from specbundle.bench.tune_analysis import TUNE_VERSION, TuneResult
+    from specbundle.bench.tune_html import render_tune_html
+
+    base = {1: (100.0, 102.0), 4: (300.0, 306.0)}
+    arms = {Variant(2, 0.5): {1: (150.0, 151.0), 4: (290.0, 300.0)},
+            Variant(4, 0.5): {1: (170.0, 172.0), 4: (250.0, 255.0)}}
+    res = variant_levels(base, arms, 0.9)
+    choices, fixed, crossover = choose(res, [1, 4])
+    r = TuneResult(schema_version=TUNE_VERSION, run_id="t", bundle="b", engine="llamacpp",
+                   created="2026-12-01T00:00:00Z", tool_version="0", levels=(1, 4),
+                   variants=tuple(arms), rounds=2, round_order=(("base", "k2-p0.5", "k4-p0.5"),),
+                   requests_per_level=4, max_tokens=32, confidence=0.9, base_throughput=base,
+                   results=res, choices=choices, best_fixed=fixed, crossover_concurrency=crossover,
+                   p95_concurrency=4, elapsed_s=60.0, minutes_per_k=0.5)
+    assert TuneResult.from_json(r.to_json()) == r
+    page = render_tune_html(r)
+    assert "<svg" in page and "k4-p0.5" in page and "schedule" in page and "http" not in \
+        page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    sched = r.schedule()
+    assert [(t.concurrency, t.k, t.p_min) for t in sched.tiers] == [(1, 4, 0.5), (4, 0, None)]

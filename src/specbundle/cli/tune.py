@@ -74,8 +74,10 @@ def _show(r: TuneResult) -> None:
               help="Rounds at most while a level is undecided.")
 @click.option("--time-budget", type=click.FloatRange(min=1.0), default=None,
               help="Seconds: start no round pair that would end past this.")
-@click.option("--requests", "requests_per_level", type=click.IntRange(1), default=None)
-@click.option("--max-tokens", type=click.IntRange(1), default=None)
+@click.option("--requests", "requests_per_level", type=click.IntRange(1), default=None,
+              help="Requests per concurrency level (default: the spec's bench settings).")
+@click.option("--max-tokens", type=click.IntRange(1), default=None,
+              help="Output tokens per request (default: the spec's bench settings).")
 @click.option("--binary", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Engine binary (e.g. llama-server).")
 @mirror_option
