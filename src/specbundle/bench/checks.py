@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from specbundle.bench import stats
 from specbundle.bench.client import LevelRun, RequestResult
 from specbundle.bench.engines import adapter_for
@@ -25,14 +27,16 @@ __all__ = ["agreement", "cost_check", "draft_cost_ci", "round_steps"]
 
 
 def _step(engine: str, run: LevelRun) -> float | None:
-    """Mean per-token step time of one run: server-side where reported, else client TPOT."""
+    """Median per-token step time of one run: server-side where reported, else client TPOT.
+
+    The median over requests, because contention on a shared machine only ever slows a
+    request down: one stalled request must not decide the run's figure.
+    """
     adapter = adapter_for(engine)
     steps = [adapter.step_ms(r.server) for r in run.ok]
-    if steps and None not in steps:
-        vals = [s for s in steps if s]
-        return sum(vals) / len(vals) if vals else None
-    tpots = [r.tpot for r in run.ok if r.tpot]
-    return sum(tpots) / len(tpots) if tpots else None
+    vals = [s for s in steps if s] if steps and None not in steps else \
+        [r.tpot for r in run.ok if r.tpot]
+    return float(np.median(vals)) if vals else None
 
 
 def round_steps(engine: str, runs: Sequence[LevelRun]) -> list[float | None]:
@@ -41,15 +45,18 @@ def round_steps(engine: str, runs: Sequence[LevelRun]) -> list[float | None]:
 
 
 def draft_cost_ci(raw: RawRun, c: int, confidence: float) -> stats.RatioCI | None:
-    """c with its CI: per round, the draft's step time over that round's baseline step time.
+    """c with its CI: the draft's step time over the baseline's, pair by pair.
 
-    Rounds pair by index (round r's draft launch follows round r's base/spec pair); a round
-    missing either side is dropped. Fewer than two pairs: no interval.
+    Pairs are request groups alternated between the draft and the still running baseline
+    (the probe) where the servers can run side by side, else rounds (round r's draft launch
+    sits next to round r's baseline). A pair missing either side is dropped; fewer than two
+    pairs: no interval.
     """
     if raw.draft is None:
         return None
     d = round_steps(raw.engine, raw.draft.runs.get(c, []))
-    b = round_steps(raw.engine, raw.base.runs.get(c, []))
+    paired = raw.probe.runs.get(c, []) if raw.probe is not None else []
+    b = round_steps(raw.engine, paired or raw.base.runs.get(c, []))
     pairs = [(x, y) for x, y in zip(d, b, strict=False) if x and y]
     if len(pairs) < 2:
         return None

@@ -5,9 +5,10 @@ then base when odd) so slow drift of the machine hits both alike. Each arm launc
 on held-out prompts (not counted), then measures every concurrency level of the sweep
 (1, 2, 4, ... up to 2×P95, plus P95) with the same request list; ``/metrics`` is scraped
 right before and after each level so acceptance is a counter delta over exactly the
-measured window. After each round the draft is served alone (its own launch) at the same
-concurrencies: c is then a per-round ratio against that round's baseline, so a busy
-machine's load hits both sides of c alike instead of one quiet moment deciding it.
+measured window. In every round the draft is served alone (its own launch) at the same
+concurrencies, between the two arms (B D S, S D B, ...: always next to that round's
+baseline): c is then a per-round ratio against that round's baseline, so a busy machine's
+load hits both sides of c alike instead of one quiet moment deciding it.
 
 Rounds are sequential: after the spec's ``rounds`` (whole ABBA pairs), pairs are added while
 the P95 ratio CI still contains the threshold, until ``max_rounds`` or the time budget.
@@ -118,6 +119,8 @@ class RawRun:
     server: dict[str, Any]
     notes: list[str]
     stopping: Stopping | None = None
+    # baseline requests alternated with the draft's while both servers run (c's pairs)
+    probe: ArmData | None = None
 
 
 class _Runner:
@@ -149,6 +152,10 @@ class _Runner:
         self.budget = opts.time_budget_s or b.time_budget_s
         self.target = opts.target_ratio or spec.admission.min_throughput_ratio_lower_bound
         self.per_round = (3 if self._has_draft() else 2) * len(self.levels)
+        # The draft alone runs beside the baseline server (llama-server holds only its own
+        # model; servers given by URL already run side by side), so c's pairs can alternate
+        # request groups seconds apart instead of launches minutes apart.
+        self.cohost = engine == "llamacpp" or opts.draft_url is not None
         self.total = (self.per_round * self.rounds
                       + (opts.aa_rounds if self.p95 in self.levels else 0))
 
@@ -222,6 +229,7 @@ class _Runner:
         reqs = {c: self.requests(i * self.n_req, self.n_req) for i, c in enumerate(self.levels)}
         base, spec = ArmData(), ArmData()
         draft = ArmData() if self._has_draft() else None
+        probe = ArmData()  # baseline requests interleaved with the draft's (cohost)
         order: list[str] = []
         t0 = time.monotonic()
         r = 0
@@ -241,12 +249,14 @@ class _Runner:
                 if r == self.rounds:
                     self.notes.append(f"CI at P95 inconclusive after {r} rounds: extended")
                 self.total += 2 * self.per_round
-            for arm in (("base", "spec") if r % 2 == 0 else ("spec", "base")):
+            for i, arm in enumerate(("base", "spec") if r % 2 == 0 else ("spec", "base")):
+                if i == 1 and draft is not None and not self.cohost:  # next to this base
+                    self._draft(reqs, draft)
                 order.append(arm)
                 with self.server(arm == "spec") as url:
                     self.measure(arm, url, spec if arm == "spec" else base, reqs)
-            if draft is not None:  # its own launch between the pairs: c per round
-                self._draft(reqs, draft)
+                    if arm == "base" and draft is not None and self.cohost:
+                        self._draft_probe(url, reqs, draft, probe)
             r += 1
         stopping = self._stopping(base, spec, r, reason, time.monotonic() - t0)
         aa = None
@@ -259,7 +269,7 @@ class _Runner:
             run_id="", engine=self.engine, levels=tuple(self.levels), requests=reqs,
             base=base, spec=spec, draft=draft, aa=aa, round_order=tuple(order),
             settings_equal=None, settings_note="", server={}, notes=self.notes,
-            stopping=stopping,
+            stopping=stopping, probe=probe if probe.runs else None,
         )
 
     def _p95_ci(self, base: ArmData, spec: ArmData) -> stats.RatioCI | None:
@@ -298,6 +308,37 @@ class _Runner:
             rounds=rounds, min_rounds=self.rounds, max_rounds=self.max_rounds,
             threshold=self.target, time_budget_s=self.budget, elapsed_s=elapsed,
             rounds_to_resolve=need)
+
+    def _draft_probe(self, base_url: str, reqs: dict[int, list[CompletionRequest]],
+                     draft: ArmData, probe: ArmData) -> None:
+        """With the baseline still up: alternate groups of ``c`` requests between the
+        baseline and the draft alone (B D, D B, ...), one (draft, baseline) pair per group."""
+        ctx = attach(self.opts.draft_url, timeout=self.opts.startup_timeout_s) \
+            if self.opts.draft_url else self._launch_draft()
+        with ctx as durl:
+            dmodel, bmodel = served_model(durl), served_model(base_url)
+            if draft.props is None:
+                draft.props = get_json(durl, self.adapter.props_path)
+            if self.warmup:
+                warm = [CompletionRequest(p.id, p.text, self.max_tokens,
+                                          temperature=self.spec.speculative.temperature,
+                                          extras=dict(self.adapter.request_extras()))
+                        for p in (self.workload.warmup * self.warmup)[: self.warmup]]
+                self._run(durl, dmodel, warm, min(self.warmup, max(self.levels)))
+            for c in self.levels:
+                self._tick(f"draft c={c}")
+                group = reqs[c]
+                chunks = [group[i:i + c] for i in range(0, len(group), c)] or [group]
+                for j, chunk in enumerate(chunks):
+                    pair = ((base_url, bmodel, probe), (durl, dmodel, draft))
+                    for url, model, data in (pair if j % 2 == 0 else pair[::-1]):
+                        data.runs.setdefault(c, []).append(self._run(url, model, chunk, c))
+                self.done += 1
+
+    def _launch_draft(self) -> AbstractContextManager[str]:
+        if self.launcher is None:
+            raise BenchError("no way to serve the draft alone")
+        return self.launcher("draft")
 
     def _draft(self, reqs: dict[int, list[CompletionRequest]], data: ArmData) -> None:
         if self.opts.draft_url:
