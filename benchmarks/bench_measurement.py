@@ -7,6 +7,8 @@ schedules run back to back on the same servers:
 
 * ``interleaved``: per round base, spec (ABBA order), then the draft: c is the paired ratio
   per round (:func:`stats.paired_ratio_ci`), the throughput ratio paired per round too;
+* ``alternated``: single requests alternate between the baseline and the draft alone, one
+  pair per request (what the bench does where both servers can run side by side);
 * ``blocked``: all baseline rounds, then all speculative rounds, then all draft rounds (what
   "measure the draft once, after the ABBA rounds" becomes when repeated): Welch intervals.
 
@@ -108,6 +110,12 @@ def one_rep(urls: dict[str, str], rounds: int, n: int, tokens: int) -> dict[str,
         for arm in (("base", "spec") if r % 2 == 0 else ("spec", "base")):
             inter[arm].append(measure(urls[arm], n, tokens))
         inter["draft"].append(measure(urls["draft"], n, tokens))
+    # alternated (what the bench does where the servers run side by side): single requests
+    # alternate between the baseline and the draft, one pair per request
+    alt: dict[str, list[LevelRun]] = {"base": [], "draft": []}
+    for j in range(rounds * n):
+        for arm in (("base", "draft") if j % 2 == 0 else ("draft", "base")):
+            alt[arm].append(measure(urls[arm], 1, tokens))
     blocked: dict[str, list[LevelRun]] = {"base": [], "spec": [], "draft": []}
     for arm in ("base", "spec", "draft"):
         blocked[arm] = [measure(urls[arm], n, tokens) for _ in range(rounds)]
@@ -117,13 +125,17 @@ def one_rep(urls: dict[str, str], rounds: int, n: int, tokens: int) -> dict[str,
 
     c_i = stats.paired_ratio_ci([_step_ms(x) for x in inter["draft"]],
                                 [_step_ms(x) for x in inter["base"]])
+    c_a = stats.paired_ratio_ci([_step_ms(x) for x in alt["draft"]],
+                                [_step_ms(x) for x in alt["base"]])
     c_b = stats.welch_ratio_ci([_step_ms(x) for x in blocked["base"]],
                                [_step_ms(x) for x in blocked["draft"]])
     s_i = stats.paired_ratio_ci(tp(inter["spec"]), tp(inter["base"]))
     s_iw = stats.welch_ratio_ci(tp(inter["base"]), tp(inter["spec"]))
     s_b = stats.welch_ratio_ci(tp(blocked["base"]), tp(blocked["spec"]))
     return {"c_interleaved": c_i.ratio, "c_blocked": c_b.ratio,
+            "c_alternated": c_a.ratio,
             "c_width_ratio": _width(c_b) / max(_width(c_i), 1e-9),
+            "c_width_ratio_alternated": _width(c_b) / max(_width(c_a), 1e-9),
             "ratio_interleaved": s_i.ratio, "ratio_blocked": s_b.ratio,
             "ratio_width_ratio": _width(s_b) / max(_width(s_i), 1e-9),
             "ratio_width_ratio_welch": _width(s_b) / max(_width(s_iw), 1e-9)}
@@ -188,7 +200,8 @@ def main() -> int:
                     rows.append(row)
                     print(f"rep {rep}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()),
                           flush=True)
-        for key in ("c_width_ratio", "ratio_width_ratio", "ratio_width_ratio_welch"):
+        for key in ("c_width_ratio", "c_width_ratio_alternated", "ratio_width_ratio",
+                    "ratio_width_ratio_welch"):
             vals = sorted(r[key] for r in rows)
             print(f"{key}: median {vals[len(vals) // 2]:.2f} (blocked / interleaved log CI width)")
         if not a.skip_tune:
