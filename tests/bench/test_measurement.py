@@ -122,3 +122,17 @@ def test_tune_result_round_trips_and_renders_its_plot() -> None:
         page.replace('xmlns="http://www.w3.org/2000/svg"', "")
     sched = r.schedule()
     assert [(t.concurrency, t.k, t.p_min) for t in sched.tiers] == [(1, 4, 0.5), (4, 0, None)]
+
+
+def test_median_pairs_ignore_contention_bursts_that_stall_one_side() -> None:
+    rng = np.random.default_rng(4)
+    base = np.full(16, 10.0) * np.exp(rng.normal(0.0, 0.05, 16))
+    draft = np.full(16, 5.0) * np.exp(rng.normal(0.0, 0.05, 16))
+    draft[[1, 6, 11]] *= 4.0  # three requests of the draft hit a burst of load
+    med = stats.paired_median_ratio_ci(draft, base)
+    mean = stats.paired_ratio_ci(draft, base)
+    assert med.low <= med.ratio <= med.high and med.low < 0.5 < med.high * 1.1
+    assert abs(math.log(med.ratio / 0.5)) < abs(math.log(mean.ratio / 0.5)) / 3
+    # sign-test order statistics: with 16 pairs the 90 % interval is [d(5), d(12)]
+    d = np.sort(np.log(draft) - np.log(base))
+    assert med.low == pytest.approx(math.exp(d[4])) and med.high == pytest.approx(math.exp(d[11]))

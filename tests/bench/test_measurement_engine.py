@@ -41,12 +41,14 @@ def test_a_draft_that_is_the_target_measures_c_near_one_and_is_rejected(
     pair = make_self_pair(tmp_path / "pair", seed=3, target_layers=4)
     doc = _fixed(bundle_doc("self", pair, levels=[1]))
     mirror = pull_synth(tmp_path / "mirror", doc)
-    report = run_bench(mirror, "self", options=BenchOptions(binary=llama_server_bin))
+    report = run_bench(mirror, "self", options=BenchOptions(binary=llama_server_bin,
+                                                            requests_per_level=8))
     lv = report.at_p95
-    # 2 rounds x 4 request groups, each alternated between the baseline and the draft alone
-    assert lv is not None and lv.c_ci is not None and lv.c_ci.n_base == 8
+    # 2 rounds x 8 requests, each alternated between the baseline and the draft alone
+    assert lv is not None and lv.c_ci is not None and lv.c_ci.n_base == 16
+    assert lv.c_ci.method == "paired-median"
     assert 0.8 <= lv.c_ci.ratio <= 1.25, lv.c_ci
-    assert lv.draft is not None and len(lv.draft.round_output_throughput) == 8
+    assert lv.draft is not None and len(lv.draft.round_output_throughput) == 16
     gate = evaluate(report, parse_spec(doc).admission)
     assert not gate.admitted
     assert any(r.startswith("alpha_above_c: α = ") and "≤ c = " in r and "upper bound" in r

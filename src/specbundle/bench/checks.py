@@ -60,8 +60,8 @@ def draft_cost_ci(raw: RawRun, c: int, confidence: float) -> stats.RatioCI | Non
     pairs = [(x, y) for x, y in zip(d, b, strict=False) if x and y]
     if len(pairs) < 2:
         return None
-    return stats.paired_ratio_ci([x for x, _ in pairs], [y for _, y in pairs],
-                                 confidence=confidence)
+    return stats.paired_median_ratio_ci([x for x, _ in pairs], [y for _, y in pairs],
+                                        confidence=confidence)
 
 
 def cost_check(c_ci: stats.RatioCI | None, tau: float | None, g: float | None,

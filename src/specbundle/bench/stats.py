@@ -30,6 +30,7 @@ __all__ = [
     "depth_collapses",
     "distinct_ngram_ratio",
     "mean_acceptance_length",
+    "paired_median_ratio_ci",
     "paired_ratio_ci",
     "per_position_rates",
     "predicted_improvement",
@@ -284,3 +285,28 @@ def common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
             break
         n += 1
     return n
+
+
+def paired_median_ratio_ci(numerator: Sequence[float], denominator: Sequence[float], *,
+                           confidence: float = 0.90) -> RatioCI:
+    """Median of paired log ratios with its distribution-free (sign-test) interval.
+
+    For c on a shared machine: contention comes and goes in bursts that stall either side of
+    a pair, so the per-pair log ratios are heavy-tailed and the median pair, not the mean,
+    is the uncontended one. The interval is [d_(k), d_(n+1-k)] of the sorted log ratios
+    with the largest k for which P(Binomial(n, ½) < k) ≤ (1 − confidence) / 2; with too few
+    pairs for any such k it is the full range.
+    """
+    num, den = _clean(numerator), _clean(denominator)
+    if num.size != den.size or num.size < 2:
+        raise ValueError("a paired interval needs at least two pairs of equal length")
+    d = np.sort(np.log(num) - np.log(den))
+    n = int(d.size)
+    k = 1
+    while k + 1 <= n // 2 and float(sps.binom.cdf(k, n, 0.5)) <= (1.0 - confidence) / 2.0:
+        k += 1
+    lo, hi = float(d[k - 1]), float(d[n - k])
+    sd = float(d.std(ddof=1))
+    return RatioCI(ratio=math.exp(float(np.median(d))), low=math.exp(lo), high=math.exp(hi),
+                   confidence=confidence, method="paired-median", n_base=n, n_spec=n,
+                   log_sd=sd, dof=float(n - 1))
