@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 __all__ = [
@@ -41,6 +42,8 @@ DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 64
 _MAX_YAML_ALIASES = 64
 _SURROGATE_RE = re.compile(r"[\ud800-\udfff]")
+_OPEN = np.frombuffer(b"[{", dtype=np.uint8)
+_CLOSE = np.frombuffer(b"]}", dtype=np.uint8)
 
 
 class MalformedDocument(ValueError):
@@ -48,7 +51,7 @@ class MalformedDocument(ValueError):
 
 
 def decode_utf8(data: bytes, *, what: str = "document") -> str:
-    """Decode strict UTF-8 (an optional UTF-8 BOM is dropped); UTF-16/32 and invalid bytes refused."""
+    """Strict UTF-8 (a UTF-8 BOM is dropped); UTF-16/32 and invalid bytes are refused."""
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise MalformedDocument(f"{what} is UTF-16/32 encoded; save it as UTF-8")
     if data.startswith(b"\xef\xbb\xbf"):
@@ -64,7 +67,9 @@ def decode_utf8(data: bytes, *, what: str = "document") -> str:
     return text
 
 
-def read_bounded(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, what: str | None = None) -> bytes:
+def read_bounded(
+    path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, what: str | None = None,
+) -> bytes:
     """Read a whole file, refusing one larger than ``max_bytes`` before reading it.
 
     Raises:
@@ -111,29 +116,16 @@ def _constant(name: str) -> None:
     raise MalformedDocument(f"non-JSON constant {name}")
 
 
-def _prescan_depth(text: str, limit: int) -> None:
-    """Refuse deep nesting before ``json`` recurses into it (cheap: brackets outside strings)."""
-    if text.count("[") + text.count("{") <= limit:
-        return
-    depth = 0
-    in_str = False
-    esc = False
-    for ch in text:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            if depth > limit:
-                raise MalformedDocument(f"nested deeper than {limit} levels")
-        elif ch in "]}":
-            depth -= 1
+_JSON_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
+_SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _json_depth(text: str) -> int:
+    """Deepest bracket nesting outside strings, at C speed (regex + numpy, no Python loop)."""
+    bare = _JSON_STRING_RE.sub("", text).encode("utf-8", "surrogatepass")
+    arr = np.frombuffer(bare, dtype=np.uint8)
+    step = np.isin(arr, _OPEN).astype(np.int32) - np.isin(arr, _CLOSE).astype(np.int32)
+    return int(np.cumsum(step).max(initial=0))
 
 
 def loads_json(
@@ -144,7 +136,8 @@ def loads_json(
     if len(data) > max_bytes:
         raise MalformedDocument(f"{what} is larger than {max_bytes} bytes")
     text = decode_utf8(data, what=what) if isinstance(data, bytes) else data
-    _prescan_depth(text, max_depth)
+    if _json_depth(text) > max_depth:
+        raise MalformedDocument(f"{what}: nested deeper than {max_depth} levels")
     try:
         value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant)
     except MalformedDocument as err:
@@ -155,10 +148,11 @@ def loads_json(
         raise MalformedDocument(
             f"{what}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})"
         ) from None
-    try:
-        _depth(value, max_depth)
-    except MalformedDocument as err:
-        raise MalformedDocument(f"{what}: {err}") from None
+    if _SURROGATE_RE.search(text) or _SURROGATE_ESCAPE_RE.search(text):
+        try:
+            _depth(value, max_depth)
+        except MalformedDocument as err:
+            raise MalformedDocument(f"{what}: {err}") from None
     return value
 
 
@@ -172,7 +166,7 @@ class _StrictLoader(yaml.SafeLoader):
         self._depth = 0
         self._aliases = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+    def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > _MAX_YAML_ALIASES:
