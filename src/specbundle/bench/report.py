@@ -9,13 +9,15 @@ flavours carry distinct names (``itl_chunk_ms``, ``itl_token_ms``) and never red
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import TypeAdapter
 
+from specbundle.bench.costmodel import Advice, ModelCheck
 from specbundle.bench.stats import RatioCI, Summary
+from specbundle.bench.verdict import Verdict, verdict_first
+from specbundle.bench.verifycost import VerifyCost
 
 __all__ = [
     "SCHEMA_ID",
@@ -102,6 +104,11 @@ class LevelResult:
     preemptions_spec: float | None
     kv_usage_end_base: float | None
     kv_usage_end_spec: float | None
+    # verification cost and the extended model (bench.verifycost, bench.costmodel)
+    verify_cost: VerifyCost | None = None
+    verify_note: str = ""
+    model: ModelCheck | None = None
+    advice: Advice | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +183,7 @@ class BenchReport:
     validity: Validity
     aa_noise: RatioCI | None = None
     notes: tuple[str, ...] = ()
+    verdict: Verdict | None = None  # the decision first (bench.verdict)
 
     def level(self, concurrency: int) -> LevelResult | None:
         """The result at one concurrency, if it was measured."""
@@ -192,8 +200,8 @@ class BenchReport:
         return out
 
     def to_bytes(self) -> bytes:
-        """Stable serialisation (sorted keys), the bytes whose digest admission signs."""
-        return (json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n").encode()
+        """Stable serialisation (the verdict first, then sorted keys): the bytes admission signs."""
+        return verdict_first(self.to_json()).encode()
 
     @classmethod
     def from_json(cls, data: Any) -> BenchReport:
