@@ -129,15 +129,16 @@ def _why_loss(f: Figures) -> str | None:
         missing = " and ".join(n for n, x in (("acceptance α", a), ("draft cost c", c))
                                if x is None)
         return f"{missing} unmeasured, so the loss cannot be attributed"
-    if a <= c:
-        return (f"acceptance α {a:.2f} is not above the draft cost c {c:.2f}: no draft length "
-                "can pay; a draft that agrees with the target more often is needed")
     if c >= _C_LIKE_TARGET:
         bec = (f"; break-even needs a draft with c < {f.break_even_c:.2f}"
                if f.break_even_c is not None and f.break_even_c > 0 else "")
+        acc = (f"even acceptance {a:.2f} cannot pay" if a >= 0.5
+               else f"acceptance is low too ({a:.2f})")
         return (f"the draft costs about as much as the target (c ≈ 1: measured {c:.2f}), so "
-                f"each drafted token costs nearly a full target step and even acceptance "
-                f"{a:.2f} cannot pay{bec}")
+                f"each drafted token costs nearly a full target step and {acc}{bec}")
+    if a <= c:
+        return (f"acceptance α {a:.2f} is not above the draft cost c {c:.2f}: no draft length "
+                "can pay; a draft that agrees with the target more often is needed")
     if f.extended is not None and f.extended >= 1.0 and v is not None:
         return (f"acceptance {a:.2f}, a draft costing c {c:.2f} and verification at {v:.1f} "
                 f"decode steps predict a win ({_x(f.extended)}), so the loss comes from outside "
