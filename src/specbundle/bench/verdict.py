@@ -324,7 +324,11 @@ def gate_verdict(criteria: Sequence[CriterionLike], report: BenchReport | None, 
     reasons = list(earlier)
     for c in failed:
         reasons += _criterion_sentence(c, bench)
-    names = ", ".join(c.name for c in failed) or "a stage before the gate"
+    if not failed:
+        first = reasons[0] if reasons else "no criterion could be evaluated"
+        return Verdict("rejected", f"rejected before the gate: {first}", tuple(reasons[1:]),
+                       p95)
+    names = ", ".join(c.name for c in failed)
     return Verdict("rejected", f"rejected: {len(failed)} of {len(criteria)} criteria failed "
                    f"({names})", tuple(reasons), p95)
 
