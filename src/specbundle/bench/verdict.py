@@ -120,7 +120,9 @@ def _break_even(f: Figures) -> str:
         parts.append(f"a draft with c < {f.break_even_c:.2f}")
     if not parts:
         return "no draft breaks even at this acceptance"
-    return "break-even needs " + " or ".join(parts)
+    cheap = " (at this v even a free draft would not pay)" \
+        if f.break_even_c is not None and f.break_even_c <= 0 else ""
+    return "break-even needs " + " or ".join(parts) + cheap
 
 
 def _why_loss(f: Figures) -> str | None:
