@@ -60,6 +60,20 @@ def test_black_box_c_must_lie_between_c_and_c_plus_one() -> None:
     assert slow is not None and not slow.consistent and "under-measured" in slow.note
 
 
+def test_measured_verification_cost_raises_the_black_box_floor() -> None:
+    tau, g = 5.0, 4.0
+    c = stats.paired_ratio_ci([0.10, 0.11, 0.10], [1.0, 1.0, 1.0])
+    # S = τ / (g c + v) with v = 1.2: c_bb = c + 0.05, inside [c, c + 1] and at the measured v
+    at_v = _ratio(tau / (g * 0.1 + 1.2))
+    ok = cost_check(c, tau, g, at_v, v_low=1.15)
+    assert ok is not None and ok.consistent and ok.v_low == 1.15 and "measured v" in ok.note
+    # the same ratio against a verification measured at ≥ 3 steps: faster than c and v allow
+    fast = cost_check(c, tau, g, at_v, v_low=3.0)
+    assert fast is not None and not fast.consistent and "over-measured" in fast.note
+    plain = cost_check(c, tau, g, at_v)  # v unprobed: the floor is c itself
+    assert plain is not None and plain.consistent and plain.v_low is None
+
+
 def test_choose_takes_significant_wins_and_switches_off_elsewhere() -> None:
     base = {1: (100.0, 102.0, 98.0), 8: (400.0, 404.0, 396.0)}
     arms = {Variant(2): {1: (150.0, 151.0, 149.0), 8: (380.0, 385.0, 377.0)},

@@ -9,6 +9,7 @@ The JSON is written last, so a run directory with a ``report.json`` is always co
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ from specbundle.bench.runner import (
     run_raw,
 )
 from specbundle.bench.servers import attach, free_port, launch
+from specbundle.bench.verdict import bench_verdict
 from specbundle.bench.workload import Workload, default_workload, load_prompts_file
 from specbundle.errors import BenchError, SpecError
 from specbundle.mirror import Mirror, utc_now
@@ -212,7 +214,7 @@ def _build_report(raw: RawRun, spec: BundleSpec, name: str, workload: Workload,
             aa = stats.welch_ratio_ci(tb, ta, confidence=opts.confidence)
             notes.append(f"A/A noise at concurrency {p95}: baseline relaunched gives ratio "
                          f"{aa.ratio:.3f} [{aa.low:.3f}, {aa.high:.3f}]")
-    return BenchReport(
+    report = BenchReport(
         schema_version=SCHEMA_VERSION, run_id=raw.run_id, bundle=name, engine=raw.engine,
         created=utc_now(), tool_version=__version__, settings=settings,
         workload_source=workload.source, workload_sha256=workload.sha256,
@@ -220,6 +222,7 @@ def _build_report(raw: RawRun, spec: BundleSpec, name: str, workload: Workload,
         crossover_concurrency=crossover, ceiling=ceiling(raw.base, raw.spec, raw.engine),
         validity=valid, aa_noise=aa, notes=tuple(notes), stopping=raw.stopping,
     )
+    return dataclasses.replace(report, verdict=bench_verdict(report))  # the decision first
 
 
 def _store(mirror: Mirror, report: BenchReport, log_dir: Path) -> None:

@@ -9,13 +9,15 @@ flavours carry distinct names (``itl_chunk_ms``, ``itl_token_ms``) and never red
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import TypeAdapter
 
+from specbundle.bench.costmodel import Advice, ModelCheck
 from specbundle.bench.stats import RatioCI, Summary
+from specbundle.bench.verdict import Verdict, verdict_first
+from specbundle.bench.verifycost import VerifyCost
 
 __all__ = [
     "SCHEMA_ID",
@@ -109,15 +111,21 @@ class LevelResult:
     # cross-check against the c the A/B result implies; absent in reports before them.
     c_ci: RatioCI | None = None
     c_check: CostCheck | None = None
+    # verification cost and the extended model (bench.verifycost, bench.costmodel)
+    verify_cost: VerifyCost | None = None
+    verify_note: str = ""
+    model: ModelCheck | None = None
+    advice: Advice | None = None
 
 
 @dataclass(frozen=True)
 class CostCheck:
     """The measured c against the black-box c the throughput ratio implies.
 
-    S = τ / (1 + g·c + v) with v ∈ [0, g] the extra cost of verifying g + 1 tokens in one
-    step, so the black-box c = c + v/g must lie in [c, c + 1]. Outside that band (beyond
-    both intervals) one of the two measurements is wrong and c cannot be trusted.
+    S = τ / (g·c + v) with v ∈ [1, g + 1] the cost of verifying g + 1 tokens in decode steps,
+    so the black-box c = c + (v − 1)/g must lie in [c, c + 1], its floor raised by the
+    measured v where it was probed (``v_low``). Outside that band (beyond both intervals) one
+    of the two measurements is wrong and c cannot be trusted.
     """
 
     c_low: float
@@ -125,8 +133,9 @@ class CostCheck:
     black_box_low: float
     black_box_high: float
     consistent: bool
-    implied_verification: float | None  # v/g = black-box c − c at the point estimates
+    implied_verification: float | None  # (v − 1)/g = black-box c − c at the point estimates
     note: str
+    v_low: float | None = None  # measured v's lower bound (decode steps) behind the band's floor
 
 
 @dataclass(frozen=True)
@@ -241,6 +250,7 @@ class BenchReport:
     aa_noise: RatioCI | None = None
     notes: tuple[str, ...] = ()
     stopping: Stopping | None = None
+    verdict: Verdict | None = None  # the decision first (bench.verdict)
 
     def level(self, concurrency: int) -> LevelResult | None:
         """The result at one concurrency, if it was measured."""
@@ -257,8 +267,8 @@ class BenchReport:
         return out
 
     def to_bytes(self) -> bytes:
-        """Stable serialisation (sorted keys), the bytes whose digest admission signs."""
-        return (json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n").encode()
+        """Stable serialisation (the verdict first, then sorted keys): the bytes admission signs."""
+        return verdict_first(self.to_json()).encode()
 
     @classmethod
     def from_json(cls, data: Any) -> BenchReport:

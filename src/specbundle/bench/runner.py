@@ -29,15 +29,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from specbundle.bench import stats
 from specbundle.bench.client import AiohttpTransport, CompletionRequest, LevelRun, run_level
 from specbundle.bench.engines import adapter_for
 from specbundle.bench.prometheus import WindowDelta, window_delta
 from specbundle.bench.report import Stopping
 from specbundle.bench.servers import attach, get_json, scrape, served_model
+from specbundle.bench.verifycost import PROBE_ENGINES, VerifySample, probe
 from specbundle.bench.workload import Workload
 from specbundle.errors import BenchError
 from specbundle.spec import BundleSpec
+from specbundle.strict import MalformedDocument
 
 __all__ = ["ArmData", "BenchOptions", "Launcher", "Progress", "RawRun", "sweep_levels"]
 
@@ -99,6 +103,9 @@ class ArmData:
     props: dict[str, Any] | None = None
     kv_capacity: float | None = None
     max_sequences: int | None = None
+    # verification-cost probe on the target alone (baseline launches only; bench.verifycost)
+    verify: dict[int, list[VerifySample]] = field(default_factory=dict)
+    verify_note: str = ""
 
 
 @dataclass
@@ -255,8 +262,10 @@ class _Runner:
                 order.append(arm)
                 with self.server(arm == "spec") as url:
                     self.measure(arm, url, spec if arm == "spec" else base, reqs)
-                    if arm == "base" and draft is not None and self.cohost:
-                        self._draft_probe(url, reqs, draft, probe)
+                    if arm == "base":
+                        self._verify_probe(url, base)
+                        if draft is not None and self.cohost:
+                            self._draft_probe(url, reqs, draft, probe)
             r += 1
         stopping = self._stopping(base, spec, r, reason, time.monotonic() - t0)
         aa = None
@@ -271,6 +280,23 @@ class _Runner:
             settings_equal=None, settings_note="", server={}, notes=self.notes,
             stopping=stopping, probe=probe if probe.runs else None,
         )
+
+    def _verify_probe(self, url: str, data: ArmData) -> None:
+        """v(g, batch) per level on the target alone, while the baseline server is up."""
+        if self.engine not in PROBE_ENGINES:
+            data.verify_note = (f"{self.engine} reports no server-side prompt timings: "
+                                "verification cost not probed")
+            return
+        ll = self.spec.engines.llamacpp
+        k = (ll.draft_n_max if ll else None) or self.spec.speculative.num_speculative_tokens
+        text = " ".join(p.text for p in self.workload.prompts)
+        for c in self.levels:
+            try:
+                got = probe(url, batch=c, g=k, text=text, timeout=self.opts.request_timeout_s)
+            except (httpx.HTTPError, MalformedDocument) as err:
+                data.verify_note = f"verification probe failed at concurrency {c}: {err}"
+                continue
+            data.verify.setdefault(c, []).extend(got)
 
     def _p95_ci(self, base: ArmData, spec: ArmData) -> stats.RatioCI | None:
         tb = [x.output_throughput for x in base.runs.get(self.p95, [])]
