@@ -237,7 +237,11 @@ class AdmissionThresholds(_Model):
     require_alpha_above_c: bool = True
     max_concurrency_ceiling_drop: float = Field(0.10, ge=0, le=1)
     max_preemption_increase: int = Field(0, ge=0)
-    min_token_agreement: float = Field(0.95, ge=0, le=1)
+    min_token_agreement: float = Field(0.95, ge=0, le=1)  # reported only: see below
+    # Speculation's mean common prefix with the baseline, relative to the baseline's own
+    # relaunch-to-relaunch (A/A) common prefix: numerics drift keeps most of the prefix, an
+    # output-changing draft (sampling mismatch, wrong tokenizer) diverges at the first tokens.
+    min_agreement_vs_floor: float = Field(0.5, gt=0, le=1)
     max_engine_errors: int = Field(0, ge=0)
 
 
@@ -248,6 +252,10 @@ class BenchSettings(_Model):
     max_tokens: int = Field(128, ge=1, le=32768)
     requests_per_level: int = Field(16, ge=1)
     rounds: int = Field(4, ge=2, le=64)
+    # Sequential stopping: add ABBA pairs while the P95 ratio CI straddles the threshold, up
+    # to max_rounds (default 3 x rounds, at most 64) or the time budget, whichever comes first.
+    max_rounds: int | None = Field(None, ge=2, le=64)
+    time_budget_s: float | None = Field(None, gt=0)
     warmup_requests: int = Field(2, ge=0)
     concurrency_levels: tuple[int, ...] | None = None
     endpoint: Literal["completions", "chat"] = "completions"

@@ -122,3 +122,82 @@ def test_alpha_check_can_be_switched_off_by_the_spec() -> None:
 def test_report_round_trips_through_json() -> None:
     r = _report()
     assert BenchReport.from_json(r.to_json()) == r
+
+
+# -- c with its interval, the agreement floor, the sequential outcome (issue 13) -----------
+
+def _with_c(r: BenchReport, c: tuple[float, ...], base: tuple[float, ...]) -> BenchReport:
+    from specbundle.bench.checks import cost_check
+    from specbundle.bench.stats import paired_ratio_ci
+
+    lv = r.levels[0]
+    ci = paired_ratio_ci(c, base)
+    check = cost_check(ci, lv.acceptance.mean_acceptance_length,
+                       lv.acceptance.mean_draft_length, lv.ratio)
+    return replace(r, levels=(replace(lv, c_measured=ci.ratio, c_ci=ci, c_check=check),))
+
+
+def test_gate_uses_the_upper_bound_of_c() -> None:
+    # α = 0.8 is above the point c (~0.6) but not above its upper confidence bound
+    r = _with_c(_report(alpha=0.8), c=(0.3, 0.9, 0.6, 0.75), base=(1.0, 1.0, 1.0, 1.0))
+    lv = r.levels[0]
+    assert lv.c_ci is not None and lv.c_ci.ratio < 0.8 < lv.c_ci.high
+    gate = evaluate(r, T)
+    (reason,) = [x for x in gate.reasons if x.startswith("alpha_above_c")]
+    assert "upper bound" in reason and "≤ c" in reason
+
+
+def test_c_that_disagrees_with_the_black_box_c_is_unmeasured_not_passed() -> None:
+    # ratio ~1.5 with τ = 4, g = 4 implies c_bb ≈ 0.42; a measured c of 0.9 lies above it:
+    # speculation ran faster than that draft cost allows, so c was over-measured
+    r = _with_c(_report(alpha=0.95), c=(0.90, 0.91, 0.89, 0.90), base=(1.0, 1.0, 1.0, 1.0))
+    lv = r.levels[0]
+    assert lv.c_check is not None and not lv.c_check.consistent
+    gate = evaluate(r, T)
+    (reason,) = [x for x in gate.reasons if x.startswith("alpha_above_c")]
+    assert "c unmeasured" in reason and "disagree" in reason
+
+
+def _floor(spec_prefix: float, aa_prefix: float) -> BenchReport:
+    from specbundle.bench.report import Agreement
+
+    a = Agreement(basis="token-ids", max_tokens=64, spec_pairs=16, aa_pairs=8,
+                  spec_identical=0.4, aa_identical=0.9, spec_mean_prefix=spec_prefix,
+                  aa_mean_prefix=aa_prefix, relative=min(1.0, spec_prefix / aa_prefix),
+                  first_divergence={"p0": spec_prefix})
+    r = _report(agreement=0.4)  # only 40 % of full outputs identical: the old rule rejected
+    return replace(r, validity=replace(r.validity, agreement=a))
+
+
+def test_numerics_drift_passes_against_the_floor() -> None:
+    gate = evaluate(_floor(spec_prefix=48.0, aa_prefix=60.0), T)
+    assert gate.admitted, gate.reasons
+
+
+def test_output_changing_draft_fails_against_the_floor() -> None:
+    gate = evaluate(_floor(spec_prefix=2.0, aa_prefix=60.0), T)
+    (reason,) = gate.reasons
+    assert reason.startswith("token_agreement:") and "changes the outputs" in reason
+
+
+def test_inconclusive_is_its_own_outcome_with_the_rounds_it_would_take() -> None:
+    from specbundle.bench.report import Stopping
+
+    r = _report(base=(100.0, 140.0), spec=(130.0, 170.0))
+    r = replace(r, stopping=Stopping(rule="sequential", outcome="inconclusive",
+                                     reason="max_rounds", rounds=2, min_rounds=2, max_rounds=2,
+                                     threshold=1.05, time_budget_s=None, elapsed_s=10.0,
+                                     rounds_to_resolve=9))
+    (reason,) = evaluate(r, T).reasons
+    assert "inconclusive" in reason and "about 9 rounds" in reason
+    assert BenchReport.from_json(r.to_json()) == r
+
+
+def test_tuned_schedule_reports_where_speculation_is_off_and_fails_when_off_at_p95() -> None:
+    tuned = {"run_id": "t1", "off_levels": [8], "k_at_p95": 3}
+    on = evaluate(replace(_report(), server={"tuned_schedule": tuned}), T)
+    crit = next(c for c in on.criteria if c.name == "tuned_schedule")
+    assert on.admitted and "speculation off at concurrency 8" in crit.detail
+    off = evaluate(replace(_report(), server={"tuned_schedule": {**tuned, "k_at_p95": 0,
+                                                                 "off_levels": [4, 8]}}), T)
+    assert any(r.startswith("tuned_schedule:") and "off at the P95" in r for r in off.reasons)

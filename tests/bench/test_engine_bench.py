@@ -40,7 +40,7 @@ def test_acceptance_equals_llama_server_counter_deltas(
         base_before = metrics(base_url)
         report = run_bench(mirror, "url", options=BenchOptions(
             base_url=spec_url, baseline_url=base_url, draft_url=draft_url, warmup_requests=0,
-            aa_rounds=2))
+            aa_rounds=2, max_rounds=2))
         after = metrics(spec_url)
         base_after = metrics(base_url)
 

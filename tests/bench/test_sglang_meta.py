@@ -287,7 +287,8 @@ def test_bench_run_sums_only_the_measured_window_and_keeps_gauges_labelled() -> 
     spec = parse_spec(doc)
     with serve_app(_app(spec_stub)) as s_url, serve_app(_app(base_stub)) as b_url:
         raw = run_raw(spec, "sglang", default_workload(), BenchOptions(
-            base_url=s_url, baseline_url=b_url, measure_draft=False, startup_timeout_s=10),
+            base_url=s_url, baseline_url=b_url, measure_draft=False, startup_timeout_s=10,
+            max_rounds=2),  # fixed 2 rounds: the sequential rule would extend on a tie
             launcher=None)
     warm = {p.text for p in WARMUP_PROMPTS}
     assert sum(s.prompt in warm for s in spec_stub.served) == 2 * 2  # warm-up ran, per round

@@ -62,26 +62,40 @@ def _ratio(report: BenchReport, t: AdmissionThresholds) -> Criterion:
         return Criterion("throughput_ratio", True, f"{r.low:.3f}", thr, what)
     more = (f"; about {lv.rounds_needed} rounds per arm would resolve it at this noise"
             if lv.rounds_needed else "")
+    st = report.stopping
+    if st is not None and st.outcome == "inconclusive":  # its own outcome, never a pass
+        need = (f"; about {st.rounds_to_resolve} rounds per arm would resolve it at this noise"
+                if st.rounds_to_resolve else "; the ratio sits on the threshold")
+        return Criterion("throughput_ratio", False, "inconclusive", thr,
+                         f"{what}: inconclusive, the CI contains "
+                         f"{t.min_throughput_ratio_lower_bound:.3f} after {st.rounds} rounds "
+                         f"(stopped: {st.reason.replace('_', ' ')}){need}")
     return Criterion("throughput_ratio", False, f"{r.low:.3f}", thr,
                      f"{what}: lower bound {r.low:.3f} < "
                      f"{t.min_throughput_ratio_lower_bound:.3f}{more}")
 
 
 def _alpha_c(report: BenchReport) -> Criterion:
+    """α against c's upper confidence bound (the point c when only one round measured it)."""
     lv = report.at_p95
     alpha = lv.acceptance.alpha if lv else None
-    c = lv.c_measured if lv else None
+    ci = lv.c_ci if lv else None
+    c = ci.high if ci is not None else (lv.c_measured if lv else None)
+    shown = (f"c = {ci.ratio:.3f} (upper bound {ci.high:.3f}, {ci.confidence:.0%} CI over "
+             f"{ci.n_base} rounds)" if ci is not None else f"c = {_f(c)}")
     measured = f"α={_f(alpha)} c={_f(c)}"
     if alpha is None or c is None:
         missing = " and ".join(n for n, v in (("α", alpha), ("c", c)) if v is None)
         why = lv.acceptance.note if lv and lv.acceptance.note else ""
         return Criterion("alpha_above_c", False, measured, "α > c",
                          f"{missing} unmeasured" + (f" ({why})" if why else ""))
+    if lv is not None and lv.c_check is not None and not lv.c_check.consistent:
+        return Criterion("alpha_above_c", False, f"α={alpha:.3f} c=unmeasured", "α > c",
+                         f"c unmeasured: measured and black-box c disagree ({lv.c_check.note})")
     if alpha > c:
-        return Criterion("alpha_above_c", True, measured, "α > c",
-                         f"α = {alpha:.3f} > c = {c:.3f}")
+        return Criterion("alpha_above_c", True, measured, "α > c", f"α = {alpha:.3f} > {shown}")
     return Criterion("alpha_above_c", False, measured, "α > c",
-                     f"α = {alpha:.3f} ≤ c = {c:.3f}: no speed-up is possible at any draft depth")
+                     f"α = {alpha:.3f} ≤ {shown}: no speed-up is possible at any draft depth")
 
 
 def _ceiling(report: BenchReport, t: AdmissionThresholds) -> Criterion:
@@ -117,6 +131,13 @@ def _errors(report: BenchReport, t: AdmissionThresholds) -> Criterion:
 
 
 def _agreement(report: BenchReport, t: AdmissionThresholds) -> Criterion:
+    """Speculation's common prefix with the baseline relative to the baseline's own A/A prefix.
+
+    Reports without the floor (before it was measured) keep the old full-output rule.
+    """
+    fl = report.validity.agreement
+    if fl is not None:
+        return _agreement_floor(report, t)
     a = report.validity.token_agreement
     thr = f">= {t.min_token_agreement:.3f}"
     if a is None:
@@ -128,11 +149,52 @@ def _agreement(report: BenchReport, t: AdmissionThresholds) -> Criterion:
                      "arms" + ("" if ok else f" (< {t.min_token_agreement:.1%})"))
 
 
+def _agreement_floor(report: BenchReport, t: AdmissionThresholds) -> Criterion:
+    fl = report.validity.agreement
+    assert fl is not None  # noqa: S101 - checked by the caller
+    thr = f">= {t.min_agreement_vs_floor:.2f} of the A/A floor"
+    if fl.relative is None or fl.spec_mean_prefix is None or fl.aa_mean_prefix is None:
+        why = "no baseline A/A pair" if not fl.aa_pairs else "no prompt completed in both arms"
+        return Criterion("token_agreement", False, "unmeasured", thr,
+                         f"token agreement unmeasured: {why}")
+    ok = fl.relative >= t.min_agreement_vs_floor
+    ident = f"{fl.spec_identical:.0%}" if fl.spec_identical is not None else "-"
+    what = (f"mean common prefix {fl.spec_mean_prefix:.1f} of {fl.max_tokens} tokens "
+            f"({fl.basis}) vs the baseline's own {fl.aa_mean_prefix:.1f} over {fl.aa_pairs} "
+            f"A/A pairs = {fl.relative:.2f}; {ident} of {fl.spec_pairs} outputs identical")
+    return Criterion("token_agreement", ok, f"{fl.relative:.3f}", thr,
+                     what + ("" if ok else f" (< {t.min_agreement_vs_floor:.2f}: speculation "
+                                           "changes the outputs, not only numerics)"))
+
+
 def _validity(report: BenchReport) -> Criterion:
     covered = ("token agreement", "request(s) failed")
     rest = [p for p in report.validity.problems if not any(c in p for c in covered)]
     return Criterion("validity", not rest, "; ".join(rest) or "ok", "no problems",
                      "; ".join(rest) or "fixed length, no repetition, counters, equal settings")
+
+
+def _tuned(report: BenchReport) -> Criterion | None:
+    """With a tuned schedule in force: the levels where it switches speculation off.
+
+    Off at the P95 operating point means there is no speculative configuration to admit
+    there (llama.cpp serves one K for every load): rejected, saying so.
+    """
+    t = report.server.get("tuned_schedule")
+    if not isinstance(t, dict):
+        return None
+    off = [int(x) for x in t.get("off_levels", [])]
+    k95 = t.get("k_at_p95")
+    p95 = report.settings.p95_concurrency
+    where = f"speculation off at concurrency {', '.join(map(str, off))}" if off else \
+        "speculation on at every measured level"
+    run = t.get("run_id", "?")
+    if k95 == 0:
+        return Criterion("tuned_schedule", False, f"K=0 at {p95}", "K > 0 at P95",
+                         f"tuned schedule (run {run}) switches speculation off at the P95 "
+                         f"concurrency {p95}: {where}")
+    return Criterion("tuned_schedule", True, f"K={k95} at {p95}", "K > 0 at P95",
+                     f"tuned schedule (run {run}) in force: {where}")
 
 
 def evaluate(report: BenchReport, thresholds: AdmissionThresholds) -> GateResult:
@@ -142,4 +204,7 @@ def evaluate(report: BenchReport, thresholds: AdmissionThresholds) -> GateResult
         crit.append(_alpha_c(report))
     crit += [_ceiling(report, thresholds), _preemption(report, thresholds),
              _errors(report, thresholds), _agreement(report, thresholds), _validity(report)]
+    tuned = _tuned(report)
+    if tuned is not None:
+        crit.append(tuned)
     return GateResult(tuple(crit))

@@ -26,6 +26,7 @@ __all__ = [
     "SLSA_VSA_V1",
     "SPECBUNDLE_URI",
     "TRANSFER_INDEX_V1",
+    "TUNE_SCHEDULE_V1",
     "parse_time",
     "statement_time",
 ]
@@ -38,6 +39,8 @@ SCAN_RESULT = "https://in-toto.io/attestation/test-result/v0.1"
 SLSA_VSA_V1 = "https://slsa.dev/verification_summary/v1"
 PAIR_BINDING_V1 = f"{SPECBUNDLE_URI}/attestation/pair-binding/v1"
 BENCH_EVIDENCE_V1 = f"{SPECBUNDLE_URI}/attestation/bench-evidence/v1"
+#: ``specbundle tune``: the measured K-per-concurrency schedule, by its file's digest.
+TUNE_SCHEDULE_V1 = f"{SPECBUNDLE_URI}/attestation/tune-schedule/v1"
 TRANSFER_INDEX_V1 = f"{SPECBUNDLE_URI}/attestation/transfer-index/v1"
 #: A key revocation (recorded in the mirror's event log, not a bundle statement, so it has
 #: no policy *kind*): subject = the revoked fingerprint, predicate = reason + ``timeCreated``.
@@ -53,6 +56,7 @@ PREDICATE_BY_KIND: Mapping[str, str] = {
     "scan-result": SCAN_RESULT,
     "pair-binding": PAIR_BINDING_V1,
     "bench-evidence": BENCH_EVIDENCE_V1,
+    "tune-schedule": TUNE_SCHEDULE_V1,
     "admission": SLSA_VSA_V1,
     "transfer-index": TRANSFER_INDEX_V1,
 }

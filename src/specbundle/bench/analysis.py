@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specbundle.bench import stats
+from specbundle.bench import checks, costmodel, stats
 from specbundle.bench.client import LevelRun, RequestResult
 from specbundle.bench.engines import adapter_for
 from specbundle.bench.prometheus import NOT_COMPARABLE, WindowDelta
@@ -25,6 +25,7 @@ from specbundle.bench.report import (
     Validity,
 )
 from specbundle.bench.runner import ArmData, RawRun
+from specbundle.bench.verifycost import VerifyCost, verify_cost
 
 __all__ = ["AnalysisInputs", "analyse_levels", "ceiling", "validity"]
 
@@ -39,6 +40,7 @@ class AnalysisInputs:
     confidence: float
     min_ratio_lower_bound: float
     min_token_agreement: float
+    min_agreement_vs_floor: float = 0.5
 
 
 def _ms(values: Sequence[float]) -> stats.Summary | None:
@@ -137,6 +139,41 @@ def draft_cost(raw: RawRun, c: int, draft: ArmLevel | None, base: ArmLevel) -> f
     return None
 
 
+def _c_interval(raw: RawRun, c: int, point: float, confidence: float,
+                c_ci: stats.RatioCI | None) -> costmodel.Interval:
+    """c's interval: the paired one over c's pairs (:func:`checks.draft_cost_ci`) when there
+    are two pairs, else Welch over the per-request server step times of both arms."""
+    if c_ci is not None:
+        return costmodel.Interval(c_ci.ratio, c_ci.low, c_ci.high)
+    adapter = adapter_for(raw.engine)
+    arms = [raw.base, raw.draft] if raw.draft is not None else []
+    steps = [[adapter.step_ms(r.server) for run in a.runs.get(c, []) for r in run.ok]
+             for a in arms]
+    clean = [[x for x in s if x is not None and x > 0] for s in steps]
+    if clean and all(len(k) >= 2 and len(k) == len(s) for k, s in zip(clean, steps, strict=True)):
+        ci = stats.welch_ratio_ci(clean[0], clean[1], confidence=confidence)
+        return costmodel.Interval(point, min(point, ci.low), max(point, ci.high))
+    return costmodel.Interval(point, point, point)
+
+
+def _cost_model(raw: RawRun, c: int, acc: Acceptance, c_meas: float | None,
+                c_ci: stats.RatioCI | None, ratio: stats.RatioCI | None, confidence: float
+                ) -> tuple[VerifyCost | None, str, costmodel.ModelCheck | None,
+                           costmodel.Advice | None]:
+    """v at this level, the extended model beside the measured ratio, and its advice."""
+    vc = verify_cost(raw.base.verify.get(c, []), confidence=confidence)
+    note = raw.base.verify_note if vc is None else ""
+    alpha, g = acc.alpha, acc.mean_draft_length
+    if vc is None or alpha is None or not g or c_meas is None:
+        return vc, note or ("verification cost unmeasured" if vc is None else ""), None, None
+    # the probe verified K + 1 tokens; the arm drafted g on average (p_min, end of output)
+    v = costmodel.Interval(*(costmodel.v_at(x, vc.g, g) for x in (vc.v, vc.low, vc.high)))
+    pred = costmodel.predict(alpha, g, _c_interval(raw, c, c_meas, confidence, c_ci), v)
+    meas = costmodel.Interval(ratio.ratio, ratio.low, ratio.high) if ratio else None
+    return (vc, note, costmodel.reconcile(pred, meas),
+            costmodel.advise(alpha, g, c_meas, v.value, vc.g))
+
+
 def _sum_opt(values: Sequence[float | None]) -> float | None:
     return None if not values or None in values else float(sum(v for v in values if v is not None))
 
@@ -159,21 +196,27 @@ def analyse_levels(raw: RawRun, inp: AnalysisInputs) -> tuple[LevelResult, ...]:
             if len(tb) >= 3 and len(ts) >= 3:
                 boot = stats.bootstrap_ratio_ci(tb, ts, confidence=inp.confidence)
         acc = acceptance(raw.engine, raw.spec.deltas.get(c, []), s_runs)
-        c_meas = draft_cost(raw, c, draft, base)
+        c_ci = checks.draft_cost_ci(raw, c, inp.confidence)
+        c_meas = c_ci.ratio if c_ci is not None else draft_cost(raw, c, draft, base)
         tau, g, alpha = acc.mean_acceptance_length, acc.mean_draft_length, acc.alpha
         c_bb = stats.black_box_c(tau, ratio.ratio, g) if tau and g and ratio else None
+        c_gate = c_ci.high if c_ci is not None else c_meas
         pred = stats.predicted_improvement(alpha, g, c_meas) \
             if alpha is not None and g and c_meas is not None else None
         b_d, s_d = raw.base.deltas.get(c, []), raw.spec.deltas.get(c, [])
+        vc, v_note, model, advice = _cost_model(raw, c, acc, c_meas, c_ci, ratio, inp.confidence)
         out.append(LevelResult(
             concurrency=c, base=base, spec=spec, draft=draft, ratio=ratio, ratio_bootstrap=boot,
             rounds_needed=needed, acceptance=acc, c_measured=c_meas, c_black_box=c_bb,
             predicted_improvement=pred,
-            alpha_above_c=(alpha > c_meas) if alpha is not None and c_meas is not None else None,
+            alpha_above_c=(alpha > c_gate) if alpha is not None and c_gate is not None else None,
             preemptions_base=_sum_opt([d.preemptions for d in b_d]),
             preemptions_spec=_sum_opt([d.preemptions for d in s_d]),
             kv_usage_end_base=b_d[-1].kv_usage_end if b_d else None,
             kv_usage_end_spec=s_d[-1].kv_usage_end if s_d else None,
+            c_ci=c_ci, c_check=checks.cost_check(c_ci, tau, g, ratio,
+                                                 v_low=model.v.low if model else None),
+            verify_cost=vc, verify_note=v_note, model=model, advice=advice,
         ))
     return tuple(out)
 
@@ -211,11 +254,16 @@ def validity(raw: RawRun, inp: AnalysisInputs) -> Validity:
     agreement = sum(same) / len(same) if same else None
     bad_ids = tuple(sorted({b.prompt_id.split("#")[0]
                             for (b, _), eq in zip(pairs, same, strict=True) if not eq}))
+    floor = checks.agreement(raw, inp.max_tokens)
     if agreement is None:
         problems.append("token agreement unmeasured: no prompt completed in both arms")
-    elif agreement < inp.min_token_agreement:
-        problems.append(f"token agreement {agreement:.3f} < {inp.min_token_agreement:.3f}: "
-                        "the arms generate different outputs")
+    elif floor.relative is None:
+        problems.append("token agreement unmeasured against its floor: no baseline A/A pair")
+    elif floor.relative < inp.min_agreement_vs_floor:
+        problems.append(f"token agreement: common prefix {floor.spec_mean_prefix:.1f} tokens is "
+                        f"{floor.relative:.2f} of the baseline's own {floor.aa_mean_prefix:.1f} "
+                        f"(< {inp.min_agreement_vs_floor:.2f}): the arms generate different "
+                        "outputs")
     arms = [raw.base, raw.spec] + ([raw.draft] if raw.draft else [])
     all_res = [r for a in arms for runs in a.runs.values() for run in runs for r in run.results]
     failed = [r for r in all_res if not r.ok]
@@ -256,4 +304,5 @@ def validity(raw: RawRun, inp: AnalysisInputs) -> Validity:
         slots_cover_concurrency=slots, engine_errors=len(failed),
         error_samples=tuple(sorted({r.error or "" for r in failed}))[:5],
         spec_counters_moved=moved, base_counters_flat=flat, problems=tuple(problems),
+        agreement=floor,
     )

@@ -9,9 +9,11 @@ The JSON is written last, so a run directory with a ``report.json`` is always co
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +34,13 @@ from specbundle.bench.runner import (
     run_raw,
 )
 from specbundle.bench.servers import attach, free_port, launch
+from specbundle.bench.verdict import bench_verdict
 from specbundle.bench.workload import Workload, default_workload, load_prompts_file
 from specbundle.errors import BenchError, SpecError
 from specbundle.mirror import Mirror, utc_now
 from specbundle.record import BundleRecord
 from specbundle.render import render_bundle
+from specbundle.schedule import read_tuned
 from specbundle.spec import BundleSpec, parse_spec
 
 __all__ = ["load_report", "report_path", "run_bench"]
@@ -105,6 +109,8 @@ class _Manifest:
             f"{list(self.spec_cmd.args)}")
         self.argv = {"spec": list(self.spec_cmd.argv), "base": list(self.base_cmd.argv)}
         self.draft_args: list[str] | None = None
+        #: extra arms served from their own argv (``tune``'s K settings), by arm name
+        self.variants: dict[str, list[str]] = {}
         draft_dir = self.spec_cmd.draft_path
         if opts.measure_draft and draft_dir is not None and spec.draft is not None:
             adapter = adapter_for(engine)
@@ -129,10 +135,11 @@ class _Manifest:
             with self._container(arm, port, log) as url:
                 yield url
             return
-        if arm == "draft":
-            assert self.draft_args is not None  # noqa: S101 - only asked for when set
+        direct = {**self.variants, "draft": self.draft_args}.get(arm)
+        if arm == "draft" or arm in self.variants:  # argv run directly, not the script
+            assert direct is not None  # noqa: S101 - only asked for when set
             cmd = self.base_cmd
-            argv = [*resolve_program(cmd.program, self.env, cmd.binary_env), *self.draft_args,
+            argv = [*resolve_program(cmd.program, self.env, cmd.binary_env), *direct,
                     cmd.host_flag, self.opts.host, cmd.port_flag, str(port)]
             env = {**cmd.env_dict, **self.env}
         else:
@@ -170,7 +177,8 @@ def _build_report(raw: RawRun, spec: BundleSpec, name: str, workload: Workload,
                   warmup: int) -> BenchReport:
     inp = AnalysisInputs(max_tokens=max_tokens, confidence=opts.confidence,
                          min_ratio_lower_bound=spec.admission.min_throughput_ratio_lower_bound,
-                         min_token_agreement=spec.admission.min_token_agreement)
+                         min_token_agreement=spec.admission.min_token_agreement,
+                         min_agreement_vs_floor=spec.admission.min_agreement_vs_floor)
     levels = analyse_levels(raw, inp)
     crossover = stats.crossover_concurrency([lv.concurrency for lv in levels],
                                             [lv.ratio.low if lv.ratio else None for lv in levels])
@@ -183,10 +191,17 @@ def _build_report(raw: RawRun, spec: BundleSpec, name: str, workload: Workload,
         mode="base-url" if opts.base_url else "manifest",
     )
     notes = list(raw.notes)
+    valid = validity(raw, inp)
+    bad_c = [lv for lv in levels if lv.c_check is not None and not lv.c_check.consistent]
+    if bad_c:  # one of the gate's inputs is wrong: a validity problem, never a pass
+        valid = replace(valid, problems=(*valid.problems, *(
+            f"c at concurrency {lv.concurrency} disagrees with the A/B result: "
+            f"{lv.c_check.note}" for lv in bad_c if lv.c_check)))
     for lv in levels:
         if lv.alpha_above_c is False:
+            c_hi = lv.c_ci.high if lv.c_ci else lv.c_measured
             notes.append(f"concurrency {lv.concurrency}: α = {lv.acceptance.alpha:.3f} ≤ c = "
-                         f"{lv.c_measured:.3f}: no speed-up is possible at any draft depth")
+                         f"{c_hi:.3f} (upper bound): no speed-up is possible at any draft depth")
         if lv.acceptance.depth_too_deep:
             notes.append(f"concurrency {lv.concurrency}: per-position acceptance collapses "
                          "after position 1: draft depth too deep")
@@ -199,14 +214,15 @@ def _build_report(raw: RawRun, spec: BundleSpec, name: str, workload: Workload,
             aa = stats.welch_ratio_ci(tb, ta, confidence=opts.confidence)
             notes.append(f"A/A noise at concurrency {p95}: baseline relaunched gives ratio "
                          f"{aa.ratio:.3f} [{aa.low:.3f}, {aa.high:.3f}]")
-    return BenchReport(
+    report = BenchReport(
         schema_version=SCHEMA_VERSION, run_id=raw.run_id, bundle=name, engine=raw.engine,
         created=utc_now(), tool_version=__version__, settings=settings,
         workload_source=workload.source, workload_sha256=workload.sha256,
         prompts=len(workload.prompts), server=raw.server, levels=levels,
         crossover_concurrency=crossover, ceiling=ceiling(raw.base, raw.spec, raw.engine),
-        validity=validity(raw, inp), aa_noise=aa, notes=tuple(notes),
+        validity=valid, aa_noise=aa, notes=tuple(notes), stopping=raw.stopping,
     )
+    return dataclasses.replace(report, verdict=bench_verdict(report))  # the decision first
 
 
 def _store(mirror: Mirror, report: BenchReport, log_dir: Path) -> None:
@@ -247,6 +263,11 @@ def run_bench(mirror: Mirror, name: str, *, engine: str = "llamacpp",
         settings_equal: bool | None = None
         note = "servers given by URL: settings not compared"
         if not opts.base_url:
+            tuned = read_tuned(mirror, name, engine)
+            if tuned is not None:  # render put it in force: the bench measures what deploys
+                server["tuned_schedule"] = {**tuned.to_json(), "sha256": tuned.digest,
+                                            "off_levels": list(tuned.off_levels),
+                                            "k_at_p95": tuned.at(tuned.p95_concurrency).k}
             man = _Manifest(mirror, rec, spec, engine, opts, log_dir)
             launcher, can_draft = man.launcher, man.draft_args is not None
             settings_equal, note = man.settings_equal, man.settings_note

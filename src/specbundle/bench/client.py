@@ -181,12 +181,14 @@ class RequestResult:
     text: str
     finish_reason: str | None
     server: Mapping[str, Any] = field(default_factory=dict)
+    # generated token ids, where the engine streams them (llama.cpp ``return_tokens``)
+    token_ids: tuple[int, ...] | None = None
 
 
 class _Recorder:
     """Per-request state fed by the transport; kept small because it runs per chunk."""
 
-    __slots__ = ("chat", "cum", "finish", "parts", "server", "times", "usage")
+    __slots__ = ("chat", "cum", "finish", "ids", "parts", "server", "times", "usage")
 
     def __init__(self, chat: bool) -> None:
         self.chat = chat
@@ -196,6 +198,7 @@ class _Recorder:
         self.usage: dict[str, Any] | None = None
         self.server: dict[str, Any] = {}
         self.finish: str | None = None
+        self.ids: list[int] | None = []
 
     def __call__(self, now: int, payload: bytes) -> bool:
         if payload == b"[DONE]":
@@ -221,6 +224,8 @@ class _Recorder:
             return True
         self.times.append(now)
         self.parts.append(text)
+        if self.ids is not None:
+            self._ids(obj, c)
         usage = obj.get("usage")
         if usage is not None:  # vLLM continuous_usage_stats: cumulative per chunk
             self.usage = usage
@@ -233,6 +238,18 @@ class _Recorder:
         else:
             self.cum.append(None)
         return True
+
+    def _ids(self, obj: dict[str, Any], choice: dict[str, Any]) -> None:
+        """Token ids of this chunk: llama.cpp ``__verbose.tokens`` (request ``verbose``), vLLM
+        ``token_ids`` (request ``return_token_ids``); the first chunk without them stops the
+        collection, and outputs then compare as text."""
+        assert self.ids is not None  # noqa: S101 - checked by the caller
+        verbose = obj.get("__verbose")
+        toks = verbose.get("tokens") if isinstance(verbose, dict) else choice.get("token_ids")
+        if isinstance(toks, list) and all(isinstance(t, int) for t in toks):
+            self.ids.extend(toks)
+        else:
+            self.ids = None
 
     def _extras(self, obj: dict[str, Any]) -> None:
         if obj.get("usage"):
@@ -281,6 +298,7 @@ def _finish(prompt_id: str, start: int, rec: _Recorder | GenerateRecorder) -> Re
         itl_chunk=tuple(gaps), itl_token=tuple(itl_token), chunks=len(times),
         prompt_tokens=usage.get("prompt_tokens"), completion_tokens=total, token_source=source,
         text="".join(rec.parts), finish_reason=rec.finish, server=server,
+        token_ids=tuple(rec.ids) if isinstance(rec, _Recorder) and rec.ids else None,
     )
 
 

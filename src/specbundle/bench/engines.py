@@ -37,8 +37,9 @@ class LlamaCppAdapter:
     serves_gguf: bool = True
 
     def request_extras(self) -> Mapping[str, Any]:
-        """No prompt cache (both arms prefill every prompt); per-chunk timings for token counts."""
-        return {"cache_prompt": False, "timings_per_token": True}
+        """No prompt cache (both arms prefill every prompt); per-chunk timings for token counts;
+        ``verbose`` for each chunk's token ids (``__verbose.tokens``: outputs compare by id)."""
+        return {"cache_prompt": False, "timings_per_token": True, "verbose": True}
 
     def read_metrics(self, scrape: Scrape) -> EngineReading:
         """``llamacpp:*`` counters."""

@@ -16,7 +16,8 @@ from specbundle.bench.report import BenchReport, LevelResult
 __all__ = ["render_html"]
 
 _W, _H, _PAD = 520, 260, 44
-_COLORS = {"base": "#4c72b0", "spec": "#dd8452", "pred": "#55a868", "meas": "#c44e52"}
+_COLORS = {"base": "#4c72b0", "spec": "#dd8452", "pred": "#55a868", "meas": "#c44e52",
+           "ext": "#8172b3"}
 
 
 def _scale(v: float, lo: float, hi: float, a: float, b: float) -> float:
@@ -115,6 +116,75 @@ def _speedup(levels: Sequence[LevelResult]) -> str:
                   _xticks([str(lv.concurrency) for lv in rows]))
 
 
+def _models(levels: Sequence[LevelResult]) -> str:
+    """Paper model, extended model (band: its interval) and measured ratio vs concurrency."""
+    rows = [lv for lv in levels if lv.model is not None]
+    if not rows:
+        return "<p>No extended-model prediction (verification cost, α or c unmeasured).</p>"
+    xs = _xs(len(rows))
+    ms = [lv.model for lv in rows if lv.model is not None]
+    vals = [m.paper for m in ms] + [m.extended.high for m in ms] + \
+        [m.measured_high for m in ms if m.measured_high is not None] + [1.2]
+    ymax = max(vals) * 1.1
+    band = [f"{x:.1f},{_scale(m.extended.high, 0, ymax, _H - _PAD, 20):.1f}"
+            for x, m in zip(xs, ms, strict=True)]
+    band += [f"{x:.1f},{_scale(m.extended.low, 0, ymax, _H - _PAD, 20):.1f}"
+             for x, m in reversed(list(zip(xs, ms, strict=True)))]
+    body = (f'<polygon points="{" ".join(band)}" fill="{_COLORS["ext"]}" fill-opacity="0.2"/>'
+            + _line(xs, [m.paper for m in ms], ymax, _COLORS["pred"], "paper model (v = 1)", 0)
+            + _line(xs, [m.extended.value for m in ms], ymax, _COLORS["ext"],
+                    "extended model (g·c + v)", 1))
+    meas = [(x, m) for x, m in zip(xs, ms, strict=True) if m.measured is not None]
+    if meas:
+        body += _line([x for x, _ in meas], [m.measured or 0.0 for _, m in meas], ymax,
+                      _COLORS["meas"], "measured ratio", 2)
+        for x, m in meas:
+            y1, y2 = (_scale(v or 0.0, 0, ymax, _H - _PAD, 20)
+                      for v in (m.measured_low, m.measured_high))
+            body += (f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y1:.1f}" y2="{y2:.1f}" '
+                     f'stroke="{_COLORS["meas"]}" stroke-opacity="0.5" stroke-width="4"/>')
+    one = _scale(1.0, 0, ymax, _H - _PAD, 20)
+    body += (f'<line x1="{_PAD}" x2="{_W - 10}" y1="{one:.1f}" y2="{one:.1f}" stroke="#999" '
+             f'stroke-dasharray="4 3"/>')
+    return _frame("Speed-up vs concurrency: paper model, extended model, measured", "concurrency",
+                  "spec / base", ymax, body, _xticks([str(lv.concurrency) for lv in rows]))
+
+
+def _cost_table(levels: Sequence[LevelResult]) -> str:
+    """Per level: v with its interval, both predictions, the measured ratio, the advice."""
+    head = ("concurrency", "v", "v low", "v high", "g", "paper", "extended", "ext low",
+            "ext high", "measured", "agrees", "largest paying K", "break-even c",
+            "break-even v")
+    body = ""
+    for lv in levels:
+        vc, m, a = lv.verify_cost, lv.model, lv.advice
+        cells = (lv.concurrency, _fmt(m.v.value if m else vc.v if vc else None),
+                 _fmt(m.v.low if m else vc.low if vc else None),
+                 _fmt(m.v.high if m else vc.high if vc else None), _fmt(m.g if m else None),
+                 _fmt(m.paper if m else None), _fmt(m.extended.value if m else None),
+                 _fmt(m.extended.low if m else None), _fmt(m.extended.high if m else None),
+                 _fmt(m.measured if m else None), _fmt(m.agrees if m else None),
+                 _fmt(a.largest_paying_k if a else None), _fmt(a.break_even_c if a else None),
+                 _fmt(a.break_even_v if a else None))
+        body += "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+    notes = "".join(f"<li>concurrency {lv.concurrency}: {html.escape(lv.verify_note)}</li>"
+                    for lv in levels if lv.verify_note)
+    return ("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + f"</tr>{body}</table>"
+            + (f"<ul>{notes}</ul>" if notes else ""))
+
+
+def _verdict(report: BenchReport) -> str:
+    """The decision first: the headline and one sentence per deciding reason."""
+    v = report.verdict
+    if v is None:
+        return ""
+    items = "".join(f"<li>{html.escape(r)}</li>" for r in v.reasons)
+    color = {"wins": "#1a7f37", "admitted": "#1a7f37", "loses": "#b42318",
+             "rejected": "#b42318"}.get(v.outcome, "#9a6700")
+    return (f'<section id="verdict"><h2 style="color:{color}">{html.escape(v.headline)}</h2>'
+            f"<ul>{items}</ul></section>")
+
+
 def _fmt(v: object, spec: str = ".3g") -> str:
     if v is None:
         return "—"
@@ -140,6 +210,47 @@ def _table(levels: Sequence[LevelResult]) -> str:
     return ("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + f"</tr>{rows}</table>")
 
 
+def _measurement(report: BenchReport) -> str:
+    """c with its interval and its black-box cross-check, the agreement floor, the stopping."""
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{x}</td>" for x in (
+            lv.concurrency, _fmt(lv.c_ci.ratio if lv.c_ci else lv.c_measured),
+            _fmt(lv.c_ci.low if lv.c_ci else None), _fmt(lv.c_ci.high if lv.c_ci else None),
+            _fmt(lv.c_ci.n_base if lv.c_ci else None),
+            _fmt(lv.c_check.black_box_low if lv.c_check else None),
+            _fmt(lv.c_check.black_box_high if lv.c_check else None),
+            _fmt(lv.c_check.consistent if lv.c_check else None))) + "</tr>"
+        for lv in report.levels)
+    checks = "".join(f"<li>concurrency {lv.concurrency}: {html.escape(lv.c_check.note)}</li>"
+                     for lv in report.levels if lv.c_check)
+    out = ("<h2>Draft cost c (interleaved, one draft launch per round)</h2><table><tr>"
+           + "".join(f"<th>{h}</th>" for h in ("concurrency", "c", "CI low", "CI high",
+                                                "rounds", "black-box low", "black-box high",
+                                                "consistent"))
+           + f"</tr>{rows}</table><ul>{checks}</ul>")
+    a = report.validity.agreement
+    if a is not None:
+        out += (f"<h2>Output agreement against its floor</h2><p>Mean common prefix "
+                f"({html.escape(a.basis)}) of speculation with the baseline "
+                f"{_fmt(a.spec_mean_prefix, '.1f')} of {a.max_tokens} tokens over "
+                f"{a.spec_pairs} pairs; the baseline with itself (A/A, relaunched) "
+                f"{_fmt(a.aa_mean_prefix, '.1f')} over {a.aa_pairs} pairs; relative "
+                f"{_fmt(a.relative)}. Identical full outputs: speculation "
+                f"{_fmt(a.spec_identical)}, A/A {_fmt(a.aa_identical)}.</p><table><tr>"
+                "<th>prompt</th><th>mean first divergence (tokens)</th></tr>"
+                + "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.1f}</td></tr>"
+                          for k, v in a.first_divergence.items()) + "</table>")
+    st = report.stopping
+    if st is not None:
+        need = f"; about {st.rounds_to_resolve} rounds per arm would resolve it" \
+            if st.rounds_to_resolve else ""
+        out += (f"<h2>Stopping</h2><p>{html.escape(st.rule)} rule: {st.rounds} rounds "
+                f"(min {st.min_rounds}, max {st.max_rounds}), stopped: "
+                f"{html.escape(st.reason)}; outcome at P95 against {st.threshold:.3g}: "
+                f"<b>{html.escape(st.outcome)}</b>{need}; {st.elapsed_s:.0f} s.</p>")
+    return out
+
+
 def render_html(report: BenchReport) -> str:
     """The whole page; no scripts, no external references."""
     v = report.validity
@@ -154,6 +265,7 @@ def render_html(report: BenchReport) -> str:
 td,th{{border:1px solid #ccc;padding:3px 6px;font-size:13px;text-align:right}}
 figure{{display:inline-block;margin:1em}}figcaption{{font-weight:bold}}</style></head><body>
 <h1>Verification benchmark: {html.escape(report.bundle)}</h1>
+{_verdict(report)}
 <p>Engine {html.escape(report.engine)}, run {html.escape(report.run_id)},
 {html.escape(report.created)}, specbundle {html.escape(report.tool_version)};
 {report.settings.rounds} rounds
@@ -164,8 +276,10 @@ requests per level, max_tokens {report.settings.max_tokens}, temperature
 crossover concurrency {_fmt(report.crossover_concurrency)}.</p>
 <p>ITL is reported per chunk and per token: speculation sends several tokens per chunk, so
 per-chunk ITL rises while throughput improves.</p>
-{_throughput(report.levels)}{_positions(p95)}{_speedup(report.levels)}
+{_throughput(report.levels)}{_positions(p95)}{_speedup(report.levels)}{_models(report.levels)}
 <h2>Per level</h2>{_table(report.levels)}
+<h2>Per level: verification cost v and the model</h2>{_cost_table(report.levels)}
+{_measurement(report)}
 <h2>Concurrency ceiling</h2><p>KV capacity base {_fmt(ceiling.kv_capacity_base)}, spec
 {_fmt(ceiling.kv_capacity_spec)}, drop {_fmt(ceiling.drop)}. {html.escape(ceiling.note)}</p>
 <h2>Validity</h2><p>Token agreement {_fmt(v.token_agreement)} over {v.compared_outputs}

@@ -9,23 +9,28 @@ flavours carry distinct names (``itl_chunk_ms``, ``itl_token_ms``) and never red
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import TypeAdapter
 
+from specbundle.bench.costmodel import Advice, ModelCheck
 from specbundle.bench.stats import RatioCI, Summary
+from specbundle.bench.verdict import Verdict, verdict_first
+from specbundle.bench.verifycost import VerifyCost
 
 __all__ = [
     "SCHEMA_ID",
     "SCHEMA_VERSION",
     "Acceptance",
+    "Agreement",
     "ArmLevel",
     "BenchReport",
     "Ceiling",
+    "CostCheck",
     "LevelResult",
     "RunSettings",
+    "Stopping",
     "Validity",
     "report_schema",
 ]
@@ -102,6 +107,73 @@ class LevelResult:
     preemptions_spec: float | None
     kv_usage_end_base: float | None
     kv_usage_end_spec: float | None
+    # c measured interleaved (one draft launch per round), with its CI over rounds, and the
+    # cross-check against the c the A/B result implies; absent in reports before them.
+    c_ci: RatioCI | None = None
+    c_check: CostCheck | None = None
+    # verification cost and the extended model (bench.verifycost, bench.costmodel)
+    verify_cost: VerifyCost | None = None
+    verify_note: str = ""
+    model: ModelCheck | None = None
+    advice: Advice | None = None
+
+
+@dataclass(frozen=True)
+class CostCheck:
+    """The measured c against the black-box c the throughput ratio implies.
+
+    S = τ / (g·c + v) with v ∈ [1, g + 1] the cost of verifying g + 1 tokens in decode steps,
+    so the black-box c = c + (v − 1)/g must lie in [c, c + 1], its floor raised by the
+    measured v where it was probed (``v_low``). Outside that band (beyond both intervals) one
+    of the two measurements is wrong and c cannot be trusted.
+    """
+
+    c_low: float
+    c_high: float
+    black_box_low: float
+    black_box_high: float
+    consistent: bool
+    implied_verification: float | None  # (v − 1)/g = black-box c − c at the point estimates
+    note: str
+    v_low: float | None = None  # measured v's lower bound (decode steps) behind the band's floor
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Output agreement of speculation against the baseline's own relaunch-to-relaunch floor.
+
+    Greedy speculation is lossless only up to numerics: batch shapes differ in verification,
+    near-ties flip, and after a flip the outputs part. So outputs are compared by their
+    common prefix (the first-divergence position), on token ids where the engine returns
+    them, and speculation's prefix is judged against the baseline's A/A prefix.
+    """
+
+    basis: Literal["token-ids", "text"]
+    max_tokens: int
+    spec_pairs: int
+    aa_pairs: int
+    spec_identical: float | None  # share of full outputs identical (reported, not gated)
+    aa_identical: float | None
+    spec_mean_prefix: float | None  # tokens
+    aa_mean_prefix: float | None
+    relative: float | None  # spec_mean_prefix / aa_mean_prefix
+    first_divergence: dict[str, float] = field(default_factory=dict)  # prompt -> mean prefix
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """How many rounds ran and why the bench stopped there (sequential rule at P95)."""
+
+    rule: Literal["sequential", "fixed"]
+    outcome: Literal["above", "below", "inconclusive", "unmeasured"]
+    reason: Literal["resolved", "max_rounds", "time_budget", "fixed"]
+    rounds: int
+    min_rounds: int
+    max_rounds: int
+    threshold: float
+    time_budget_s: float | None
+    elapsed_s: float
+    rounds_to_resolve: int | None  # for "inconclusive": rounds per arm at the seen noise
 
 
 @dataclass(frozen=True)
@@ -135,6 +207,7 @@ class Validity:
     spec_counters_moved: bool | None
     base_counters_flat: bool | None
     problems: tuple[str, ...]
+    agreement: Agreement | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +249,8 @@ class BenchReport:
     validity: Validity
     aa_noise: RatioCI | None = None
     notes: tuple[str, ...] = ()
+    stopping: Stopping | None = None
+    verdict: Verdict | None = None  # the decision first (bench.verdict)
 
     def level(self, concurrency: int) -> LevelResult | None:
         """The result at one concurrency, if it was measured."""
@@ -192,8 +267,8 @@ class BenchReport:
         return out
 
     def to_bytes(self) -> bytes:
-        """Stable serialisation (sorted keys), the bytes whose digest admission signs."""
-        return (json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n").encode()
+        """Stable serialisation (the verdict first, then sorted keys): the bytes admission signs."""
+        return verdict_first(self.to_json()).encode()
 
     @classmethod
     def from_json(cls, data: Any) -> BenchReport:

@@ -5,9 +5,14 @@ then base when odd) so slow drift of the machine hits both alike. Each arm launc
 on held-out prompts (not counted), then measures every concurrency level of the sweep
 (1, 2, 4, ... up to 2×P95, plus P95) with the same request list; ``/metrics`` is scraped
 right before and after each level so acceptance is a counter delta over exactly the
-measured window. The draft is then served alone at the same concurrencies to measure its
-per-step cost c against the baseline's. :mod:`specbundle.bench.analysis` turns the raw
-runs into the report.
+measured window. In every round the draft is served alone (its own launch) at the same
+concurrencies, between the two arms (B D S, S D B, ...: always next to that round's
+baseline): c is then a per-round ratio against that round's baseline, so a busy machine's
+load hits both sides of c alike instead of one quiet moment deciding it.
+
+Rounds are sequential: after the spec's ``rounds`` (whole ABBA pairs), pairs are added while
+the P95 ratio CI still contains the threshold, until ``max_rounds`` or the time budget.
+:mod:`specbundle.bench.analysis` turns the raw runs into the report.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
@@ -23,14 +29,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from specbundle.bench import stats
 from specbundle.bench.client import AiohttpTransport, CompletionRequest, LevelRun, run_level
 from specbundle.bench.engines import adapter_for
 from specbundle.bench.prometheus import WindowDelta, window_delta
+from specbundle.bench.report import Stopping
 from specbundle.bench.servers import attach, get_json, scrape, served_model
+from specbundle.bench.verifycost import PROBE_ENGINES, VerifySample, probe
 from specbundle.bench.workload import Workload
 from specbundle.errors import BenchError
 from specbundle.spec import BundleSpec
+from specbundle.strict import MalformedDocument
 
 __all__ = ["ArmData", "BenchOptions", "Launcher", "Progress", "RawRun", "sweep_levels"]
 
@@ -56,6 +67,7 @@ class BenchOptions:
     # the spec's admission threshold), add ABBA pairs of rounds up to ``max_rounds``.
     max_rounds: int | None = None
     target_ratio: float | None = None
+    time_budget_s: float | None = None  # default: the spec's bench.time_budget_s
     requests_per_level: int | None = None
     max_tokens: int | None = None
     warmup_requests: int | None = None
@@ -91,6 +103,9 @@ class ArmData:
     props: dict[str, Any] | None = None
     kv_capacity: float | None = None
     max_sequences: int | None = None
+    # verification-cost probe on the target alone (baseline launches only; bench.verifycost)
+    verify: dict[int, list[VerifySample]] = field(default_factory=dict)
+    verify_note: str = ""
 
 
 @dataclass
@@ -110,6 +125,9 @@ class RawRun:
     settings_note: str
     server: dict[str, Any]
     notes: list[str]
+    stopping: Stopping | None = None
+    # baseline requests alternated with the draft's while both servers run (c's pairs)
+    probe: ArmData | None = None
 
 
 class _Runner:
@@ -136,7 +154,16 @@ class _Runner:
                               f"chat template) instead of the configured {b.endpoint!r} "
                               "endpoint: only there are per-request acceptance figures reported")
         self.p95 = spec.deployment.p95_concurrency
-        self.total = ((2 * self.rounds + (1 if self._has_draft() else 0)) * len(self.levels)
+        self.max_rounds = max(self.rounds, opts.max_rounds or b.max_rounds
+                              or min(64, 3 * self.rounds))
+        self.budget = opts.time_budget_s or b.time_budget_s
+        self.target = opts.target_ratio or spec.admission.min_throughput_ratio_lower_bound
+        self.per_round = (3 if self._has_draft() else 2) * len(self.levels)
+        # The draft alone runs beside the baseline server (llama-server holds only its own
+        # model; servers given by URL already run side by side), so c's pairs can alternate
+        # request groups seconds apart instead of launches minutes apart.
+        self.cohost = engine == "llamacpp" or opts.draft_url is not None
+        self.total = (self.per_round * self.rounds
                       + (opts.aa_rounds if self.p95 in self.levels else 0))
 
     def _has_draft(self) -> bool:
@@ -208,20 +235,39 @@ class _Runner:
     def run(self) -> RawRun:
         reqs = {c: self.requests(i * self.n_req, self.n_req) for i, c in enumerate(self.levels)}
         base, spec = ArmData(), ArmData()
+        draft = ArmData() if self._has_draft() else None
+        probe = ArmData()  # baseline requests interleaved with the draft's (cohost)
         order: list[str] = []
+        t0 = time.monotonic()
         r = 0
-        cap = self.opts.max_rounds or 0
-        while r < self.rounds or (r < cap and ((r - self.rounds) % 2 == 1  # finish the pair
-                                               or self._inconclusive(base, spec))):
-            if r == self.rounds:
-                self.notes.append(f"CI at P95 inconclusive after {r} rounds: extended")
-                self.total += 2 * len(self.levels) * ((self.opts.max_rounds or r) - r)
-            for arm in (("base", "spec") if r % 2 == 0 else ("spec", "base")):
+        reason = "fixed"
+        while True:
+            if r >= self.rounds and r % 2 == 0:  # look only after whole ABBA pairs
+                if self._side(base, spec) != "inconclusive":
+                    reason = "resolved" if self.max_rounds > self.rounds else "fixed"
+                    break
+                if r >= self.max_rounds:
+                    reason = "max_rounds" if self.max_rounds > self.rounds else "fixed"
+                    break
+                pair_s = (time.monotonic() - t0) / r * 2
+                if self.budget is not None and time.monotonic() - t0 + pair_s > self.budget:
+                    reason = "time_budget"
+                    break
+                if r == self.rounds:
+                    self.notes.append(f"CI at P95 inconclusive after {r} rounds: extended")
+                self.total += 2 * self.per_round
+            for i, arm in enumerate(("base", "spec") if r % 2 == 0 else ("spec", "base")):
+                if i == 1 and draft is not None and not self.cohost:  # next to this base
+                    self._draft(reqs, draft)
                 order.append(arm)
                 with self.server(arm == "spec") as url:
                     self.measure(arm, url, spec if arm == "spec" else base, reqs)
+                    if arm == "base":
+                        self._verify_probe(url, base)
+                        if draft is not None and self.cohost:
+                            self._draft_probe(url, reqs, draft, probe)
             r += 1
-        draft = self._draft(reqs) if self._has_draft() else None
+        stopping = self._stopping(base, spec, r, reason, time.monotonic() - t0)
         aa = None
         if self.opts.aa_rounds and self.p95 in self.levels:
             aa = ArmData()
@@ -232,29 +278,103 @@ class _Runner:
             run_id="", engine=self.engine, levels=tuple(self.levels), requests=reqs,
             base=base, spec=spec, draft=draft, aa=aa, round_order=tuple(order),
             settings_equal=None, settings_note="", server={}, notes=self.notes,
+            stopping=stopping, probe=probe if probe.runs else None,
         )
 
-    def _inconclusive(self, base: ArmData, spec: ArmData) -> bool:
-        """Whether the P95 ratio CI straddles the target (checked after whole ABBA pairs)."""
-        target = self.opts.target_ratio or self.spec.admission.min_throughput_ratio_lower_bound
+    def _verify_probe(self, url: str, data: ArmData) -> None:
+        """v(g, batch) per level on the target alone, while the baseline server is up."""
+        if self.engine not in PROBE_ENGINES:
+            data.verify_note = (f"{self.engine} reports no server-side prompt timings: "
+                                "verification cost not probed")
+            return
+        ll = self.spec.engines.llamacpp
+        k = (ll.draft_n_max if ll else None) or self.spec.speculative.num_speculative_tokens
+        text = " ".join(p.text for p in self.workload.prompts)
+        for c in self.levels:
+            try:
+                got = probe(url, batch=c, g=k, text=text, timeout=self.opts.request_timeout_s)
+            except (httpx.HTTPError, MalformedDocument) as err:
+                data.verify_note = f"verification probe failed at concurrency {c}: {err}"
+                continue
+            data.verify.setdefault(c, []).extend(got)
+
+    def _p95_ci(self, base: ArmData, spec: ArmData) -> stats.RatioCI | None:
         tb = [x.output_throughput for x in base.runs.get(self.p95, [])]
         ts = [x.output_throughput for x in spec.runs.get(self.p95, [])]
         if len(tb) < 2 or len(ts) < 2 or min(tb + ts) <= 0:
-            return False
-        ci = stats.welch_ratio_ci(tb, ts, confidence=self.opts.confidence)
-        return ci.low < target <= ci.high
+            return None
+        return stats.welch_ratio_ci(tb, ts, confidence=self.opts.confidence)
 
-    def _draft(self, reqs: dict[int, list[CompletionRequest]]) -> ArmData:
-        data = ArmData()
+    def _side(self, base: ArmData, spec: ArmData) -> str:
+        """Which side of the threshold the P95 ratio CI lies on, or "inconclusive"."""
+        ci = self._p95_ci(base, spec)
+        if ci is None:
+            return "unmeasured"
+        if ci.low >= self.target:
+            return "above"
+        if ci.high < self.target:
+            return "below"
+        return "inconclusive"
+
+    def _stopping(self, base: ArmData, spec: ArmData, rounds: int, reason: str,
+                  elapsed: float) -> Stopping:
+        side = self._side(base, spec)
+        ci = self._p95_ci(base, spec)
+        need = stats.rounds_to_resolve(ci, self.target) if ci and side == "inconclusive" \
+            else None
+        if side == "inconclusive":
+            self.notes.append(
+                f"inconclusive at P95 after {rounds} rounds ({reason.replace('_', ' ')})"
+                + (f": about {need} rounds per arm would resolve it at this noise" if need
+                   else ": the ratio sits on the threshold"))
+        return Stopping(
+            rule="sequential" if self.max_rounds > self.rounds else "fixed",
+            outcome=side,  # type: ignore[arg-type]
+            reason=reason,  # type: ignore[arg-type]
+            rounds=rounds, min_rounds=self.rounds, max_rounds=self.max_rounds,
+            threshold=self.target, time_budget_s=self.budget, elapsed_s=elapsed,
+            rounds_to_resolve=need)
+
+    def _draft_probe(self, base_url: str, reqs: dict[int, list[CompletionRequest]],
+                     draft: ArmData, probe: ArmData) -> None:
+        """With the baseline still up: alternate groups of ``c`` requests between the
+        baseline and the draft alone (B D, D B, ...), one (draft, baseline) pair per group."""
+        ctx = attach(self.opts.draft_url, timeout=self.opts.startup_timeout_s) \
+            if self.opts.draft_url else self._launch_draft()
+        with ctx as durl:
+            dmodel, bmodel = served_model(durl), served_model(base_url)
+            if draft.props is None:
+                draft.props = get_json(durl, self.adapter.props_path)
+            if self.warmup:
+                warm = [CompletionRequest(p.id, p.text, self.max_tokens,
+                                          temperature=self.spec.speculative.temperature,
+                                          extras=dict(self.adapter.request_extras()))
+                        for p in (self.workload.warmup * self.warmup)[: self.warmup]]
+                self._run(durl, dmodel, warm, min(self.warmup, max(self.levels)))
+            for c in self.levels:
+                self._tick(f"draft c={c}")
+                group = reqs[c]
+                chunks = [group[i:i + c] for i in range(0, len(group), c)] or [group]
+                for j, chunk in enumerate(chunks):
+                    pair = ((base_url, bmodel, probe), (durl, dmodel, draft))
+                    for url, model, data in (pair if j % 2 == 0 else pair[::-1]):
+                        data.runs.setdefault(c, []).append(self._run(url, model, chunk, c))
+                self.done += 1
+
+    def _launch_draft(self) -> AbstractContextManager[str]:
+        if self.launcher is None:
+            raise BenchError("no way to serve the draft alone")
+        return self.launcher("draft")
+
+    def _draft(self, reqs: dict[int, list[CompletionRequest]], data: ArmData) -> None:
         if self.opts.draft_url:
             with attach(self.opts.draft_url, timeout=self.opts.startup_timeout_s) as u:
                 self.measure("draft", u, data, reqs, metrics=False)
-            return data
+            return
         if self.launcher is None:
             raise BenchError("no way to serve the draft alone")
         with self.launcher("draft") as u:
             self.measure("draft", u, data, reqs, metrics=False)
-        return data
 
 
 def new_run_id() -> str:

@@ -23,14 +23,19 @@ __all__ = [
     "acceptance_rate",
     "alpha_from_tau",
     "black_box_c",
+    "black_box_c_interval",
     "bootstrap_ratio_ci",
+    "common_prefix",
     "crossover_concurrency",
     "depth_collapses",
     "distinct_ngram_ratio",
     "mean_acceptance_length",
+    "paired_median_ratio_ci",
+    "paired_ratio_ci",
     "per_position_rates",
     "predicted_improvement",
     "rounds_needed",
+    "rounds_to_resolve",
     "summarize",
     "welch_ratio_ci",
 ]
@@ -230,3 +235,78 @@ def distinct_ngram_ratio(tokens: Sequence[str], n: int = 3) -> float:
     if not grams:
         return 1.0
     return len(set(grams)) / len(grams)
+
+
+def black_box_c_interval(tau: float, ratio: RatioCI, g: float) -> tuple[float, float] | None:
+    """The black-box c over the ratio's CI: a high ratio implies a low c, so the bounds swap."""
+    lo, hi = black_box_c(tau, ratio.high, g), black_box_c(tau, ratio.low, g)
+    return None if lo is None or hi is None else (lo, hi)
+
+
+def paired_ratio_ci(numerator: Sequence[float], denominator: Sequence[float], *,
+                    confidence: float = 0.90) -> RatioCI:
+    """t-interval of the mean log ratio of paired observations (one pair per round).
+
+    Used for c: the draft's per-step time over the baseline's, each pair measured in the same
+    round, so slow drift of a busy machine cancels in the ratio instead of entering the
+    interval. Needs two pairs; with zero spread the interval is the point.
+    """
+    num, den = _clean(numerator), _clean(denominator)
+    if num.size != den.size or num.size < 2:
+        raise ValueError("a paired interval needs at least two pairs of equal length")
+    d = np.log(num) - np.log(den)
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    dof = float(d.size - 1)
+    half = float(sps.t.ppf(0.5 + confidence / 2.0, dof)) * sd / math.sqrt(d.size) if sd else 0.0
+    return RatioCI(ratio=math.exp(mean), low=math.exp(mean - half), high=math.exp(mean + half),
+                   confidence=confidence, method="paired-log", n_base=int(d.size),
+                   n_spec=int(d.size), log_sd=sd, dof=dof)
+
+
+def rounds_to_resolve(ci: RatioCI, threshold: float, *, cap: int = 1000) -> int | None:
+    """Rounds per arm until the Welch CI excludes ``threshold`` on whichever side the ratio is.
+
+    The sequential rule stops on either side (a clear loss is as final as a clear win), so
+    unlike :func:`rounds_needed` a ratio below the threshold also has an answer.
+    """
+    if ci.ratio == threshold:
+        return None
+    if ci.ratio > threshold:
+        return rounds_needed(ci.ratio, ci.log_sd, threshold, confidence=ci.confidence, cap=cap)
+    return rounds_needed(1.0 / ci.ratio, ci.log_sd, 1.0 / threshold, confidence=ci.confidence,
+                         cap=cap)
+
+
+def common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
+    """Length of the common prefix: the first position at which two outputs diverge."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def paired_median_ratio_ci(numerator: Sequence[float], denominator: Sequence[float], *,
+                           confidence: float = 0.90) -> RatioCI:
+    """Median of paired log ratios with its distribution-free (sign-test) interval.
+
+    For c on a shared machine: contention comes and goes in bursts that stall either side of
+    a pair, so the per-pair log ratios are heavy-tailed and the median pair, not the mean,
+    is the uncontended one. The interval is [d_(k), d_(n+1-k)] of the sorted log ratios
+    with the largest k for which P(Binomial(n, ½) < k) ≤ (1 − confidence) / 2; with too few
+    pairs for any such k it is the full range.
+    """
+    num, den = _clean(numerator), _clean(denominator)
+    if num.size != den.size or num.size < 2:
+        raise ValueError("a paired interval needs at least two pairs of equal length")
+    d = np.sort(np.log(num) - np.log(den))
+    n = int(d.size)
+    k = 1
+    while k + 1 <= n // 2 and float(sps.binom.cdf(k, n, 0.5)) <= (1.0 - confidence) / 2.0:
+        k += 1
+    lo, hi = float(d[k - 1]), float(d[n - k])
+    sd = float(d.std(ddof=1))
+    return RatioCI(ratio=math.exp(float(np.median(d))), low=math.exp(lo), high=math.exp(hi),
+                   confidence=confidence, method="paired-median", n_base=n, n_spec=n,
+                   log_sd=sd, dof=float(n - 1))

@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "render": ("render", "Render offline serve manifests for one engine and target."),
     "images": ("images", "Save engine images into the mirror and load them offline."),
     "bench": ("bench", "Benchmark a bundle with and without speculation."),
+    "tune": ("tune", "Measure K per concurrency on the real engine; sign the schedule."),
     "admit": ("admit", "Verify, benchmark and admit or reject with a signed decision."),
     "audit": ("audit", "Audit provenance, verify the event log, export ML-BOM/HTML."),
 }

@@ -2,18 +2,45 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
 
 from specbundle.admit import Decision, Rejected, admit_bundle
+from specbundle.bench import BenchReport, load_report
+from specbundle.bench.verdict import Verdict, gate_verdict, verdict_first
 from specbundle.cli._keyopts import load_keys, passphrase_option
 from specbundle.cli._options import json_option, mirror_option, open_mirror
-from specbundle.cli._output import console, err_console, print_json, print_table
-from specbundle.cli.bench import bench_options, make_options, step_progress
+from specbundle.cli._output import console, err_console, print_table, write_json_text
+from specbundle.cli.bench import bench_options, make_options, show_verdict, step_progress
+from specbundle.errors import SpecbundleError
+from specbundle.mirror import Mirror
 from specbundle.verify import load_policy
 
 __all__ = ["command"]
+
+
+def _verdict(mirror: Mirror, d: Decision) -> Verdict:
+    """The gate's own criteria, explained with the figures of the report it judged."""
+    report: BenchReport | None = None
+    if d.bench_run_id is not None:
+        try:
+            report = load_report(mirror, d.bundle, d.bench_run_id)
+        except (SpecbundleError, ValueError):
+            report = None
+    gate = tuple(c.name + ": " for c in d.criteria)
+    earlier = [r for r in d.reasons if not r.startswith(gate)]
+    return gate_verdict(d.criteria, report, admitted=d.admitted, earlier=earlier)
+
+
+def _emit(mirror: Mirror, d: Decision, as_json: bool) -> None:
+    verdict = _verdict(mirror, d)
+    if as_json:
+        write_json_text(verdict_first({"verdict": dataclasses.asdict(verdict), **d.to_json()}))
+        return
+    show_verdict(verdict)
+    _show(d)
 
 
 def _show(d: Decision) -> None:
@@ -59,12 +86,6 @@ def command(bundle: str, trust_file: Path, key_files: tuple[Path, ...],
             decision = admit_bundle(mirror, bundle, policy=policy, keys=keys, engine=engine,
                                     bench_options=opts, progress=progress, on_stage=stage)
     except Rejected as err:
-        if as_json:
-            print_json(err.decision.to_json())
-        else:
-            _show(err.decision)
+        _emit(mirror, err.decision, as_json)
         raise
-    if as_json:
-        print_json(decision.to_json())
-        return
-    _show(decision)
+    _emit(mirror, decision, as_json)

@@ -5,19 +5,22 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from specbundle.bench import BenchOptions, BenchReport, report_path, run_bench
 from specbundle.bench.runner import Progress as ProgressFn
+from specbundle.bench.verdict import Verdict, verdict_first
 from specbundle.cli._options import json_option, mirror_option, open_mirror
-from specbundle.cli._output import console, err_console, print_json, print_table
+from specbundle.cli._output import console, err_console, print_table, write_json_text
 from specbundle.cli.verify import trust_option, verified_record
 from specbundle.errors import UsageError
 
-__all__ = ["bench_options", "command", "show_report", "step_progress"]
+__all__ = ["bench_options", "command", "show_report", "show_verdict", "step_progress"]
 
 
 @contextlib.contextmanager
@@ -40,8 +43,22 @@ def _fmt(v: float | None, spec: str = ".3f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+_VERDICT_COLORS = {"wins": "green", "admitted": "green", "loses": "red", "rejected": "red"}
+
+
+def show_verdict(verdict: Verdict | None) -> None:
+    """The decision first: the headline, then one sentence per deciding reason."""
+    if verdict is None:
+        return
+    color = _VERDICT_COLORS.get(verdict.outcome, "yellow")
+    console.print(f"[bold {color}]{escape(verdict.headline)}[/]")
+    for reason in verdict.reasons:
+        console.print(f"  - {escape(reason)}")
+
+
 def show_report(report: BenchReport, path: Path) -> None:
-    """Human summary: one row per concurrency level, then validity and notes."""
+    """Human summary: the verdict, one row per concurrency level, then validity and notes."""
+    show_verdict(report.verdict)
     console.print(f"bench [bold]{report.bundle}[/] on {report.engine}: run {report.run_id} "
                   f"({report.settings.rounds} rounds {' '.join(report.settings.round_order)})")
     rows: list[list[object]] = []
@@ -54,17 +71,36 @@ def show_report(report: BenchReport, path: Path) -> None:
                      _fmt(a.acceptance_rate, ".2f"), _fmt(a.mean_acceptance_length, ".1f"),
                      _fmt(a.alpha, ".2f"), _fmt(lv.c_measured, ".2f"),
                      _fmt(lv.predicted_improvement, ".2f"),
+                     _fmt(lv.model.v.value if lv.model else
+                          lv.verify_cost.v if lv.verify_cost else None, ".2f"),
+                     _fmt(lv.model.extended.value if lv.model else None, ".2f"),
                      _fmt(lv.spec.itl_chunk_ms.p50 if lv.spec.itl_chunk_ms else None, ".2f"),
                      _fmt(lv.spec.itl_token_ms.p50 if lv.spec.itl_token_ms else None, ".2f")])
     print_table(f"output tok/s, ratio spec/base with its {report.settings.confidence:.0%} CI; "
+                "pred: paper model, ext: with verification cost v (decode steps); "
                 "ITL p50 in ms per chunk and per token",
-                ["conc", "base", "spec", "ratio", "CI", "acc", "τ", "α", "c", "pred",
-                 "itl/chunk", "itl/tok"], rows)
+                ["conc", "base", "spec", "ratio", "CI", "acc", "τ", "α", "c", "pred", "v",
+                 "ext", "itl/chunk", "itl/tok"], rows)
     v = report.validity
     console.print(f"token agreement {_fmt(v.token_agreement)} over {v.compared_outputs} outputs; "
                   f"engine errors {v.engine_errors}; crossover concurrency "
                   f"{report.crossover_concurrency or '-'}; KV ceiling drop "
                   f"{_fmt(report.ceiling.drop)}")
+    fl = v.agreement
+    if fl is not None:
+        console.print(f"common prefix {_fmt(fl.spec_mean_prefix, '.1f')} tokens vs the A/A "
+                      f"floor {_fmt(fl.aa_mean_prefix, '.1f')} ({fl.basis}): relative "
+                      f"{_fmt(fl.relative, '.2f')}")
+    for lv in report.levels:
+        if lv.c_ci is not None:
+            console.print(f"c at {lv.concurrency}: {lv.c_ci.ratio:.3f} [{lv.c_ci.low:.3f}, "
+                          f"{lv.c_ci.high:.3f}] over {lv.c_ci.n_base} rounds"
+                          + (f"; {lv.c_check.note}" if lv.c_check else ""))
+    st = report.stopping
+    if st is not None:
+        console.print(f"stopping: {st.outcome} after {st.rounds} rounds ({st.reason})"
+                      + (f", about {st.rounds_to_resolve} rounds per arm would resolve it"
+                         if st.rounds_to_resolve else ""))
     for p in v.problems:
         console.print(f"[red]invalid:[/] {p}")
     for n in report.notes:
@@ -154,21 +190,26 @@ def make_options(base_url: str | None, baseline_url: str | None, draft_url: str 
 @trust_option
 @mirror_option
 @bench_options
+@click.option("--time-budget", type=click.FloatRange(min=1.0), default=None,
+              help="Seconds: start no extra ABBA pair that would end past this (default: the "
+                   "spec's bench.time_budget_s).")
 @json_option
 def command(bundle: str, trust: Path | None, mirror_dir: Path | None, engine: str, runtime: str,
             base_url: str | None,
             baseline_url: str | None, draft_url: str | None, binary: Path | None,
             rounds: int | None, max_rounds: int | None, requests_per_level: int | None,
-            max_tokens: int | None, levels: str | None, aa_rounds: int, as_json: bool) -> None:
+            max_tokens: int | None, levels: str | None, aa_rounds: int,
+            time_budget: float | None, as_json: bool) -> None:
     """Benchmark BUNDLE with and without speculation (same engine, prompts, concurrency)."""
-    opts = make_options(base_url, baseline_url, draft_url, binary, rounds, requests_per_level,
-                        max_tokens, levels, aa_rounds, runtime, max_rounds)
+    opts = replace(make_options(base_url, baseline_url, draft_url, binary, rounds,
+                                requests_per_level, max_tokens, levels, aa_rounds, runtime,
+                                max_rounds), time_budget_s=time_budget)
     mirror = open_mirror(mirror_dir)
     record = verified_record(mirror, bundle, trust)
     with step_progress(not as_json) as progress:
         report = run_bench(mirror, bundle, engine=engine, options=opts, progress=progress,
                            record=record)
     if as_json:
-        print_json(report.to_json())
+        write_json_text(verdict_first(report.to_json()))
         return
     show_report(report, report_path(mirror, bundle, report.run_id))

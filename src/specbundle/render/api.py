@@ -34,6 +34,7 @@ from specbundle.render.rules_cmd import COMMAND_RULES
 from specbundle.render.sglang import SGLangEngine
 from specbundle.render.targets import TARGETS
 from specbundle.render.vllm import VLLMEngine
+from specbundle.schedule import apply_tuned, read_tuned
 from specbundle.spec import BundleSpec, EngineName, parse_spec
 
 __all__ = [
@@ -233,6 +234,7 @@ def render_bundle(
     spec = _spec_of(record)
     ctx = _context(mirror, record,
                    image=_image_for(mirror, name, spec, eng_name, image, image_digest))
+    ctx = replace(ctx, spec=apply_tuned(ctx.spec, read_tuned(mirror, name, eng_name.value)))
     cmd, base = eng.build(ctx, speculation=True), eng.build(ctx, speculation=False)
     meta = RenderMeta(
         bundle=name, engine=eng_name, target_ref=f"{record.target.repo}@{record.target.commit}",

@@ -1,0 +1,73 @@
+"""The cost model against real llama-server runs of the synthetic pairs.
+
+On CPU the target is compute-bound: verifying 9 tokens costs several decode steps, so the
+paper's form (v = 1) overestimates the good pair's speed-up several-fold while the extended
+model, fed the measured v, lands within its interval of the measured ratio. A draft that is
+the target itself is explained as c ≈ 1; the good pair at concurrency 1 as a win.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specbundle.bench import BenchOptions, BenchReport, run_bench
+from specbundle.bench.html import render_html
+from specbundle.synth import SynthPair
+from tests.bench.conftest import bundle_doc, pull_synth
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+
+def _bench(root: Path, name: str, pair: SynthPair, binary: Path, **opts: Any) -> BenchReport:
+    mirror = pull_synth(root / "mirror", bundle_doc(name, pair, levels=[1]))
+    return run_bench(mirror, name, options=BenchOptions(binary=binary, **opts))
+
+
+@pytest.fixture(scope="module")
+def good_report(tmp_path_factory: pytest.TempPathFactory, bench_pairs: dict[str, SynthPair],
+                llama_server_bin: Path) -> BenchReport:
+    return _bench(tmp_path_factory.mktemp("cm-good"), "good", bench_pairs["good"],
+                  llama_server_bin, rounds=4, max_rounds=8)
+
+
+def test_verification_dominates_and_the_extended_model_explains_it(
+        good_report: BenchReport) -> None:
+    lv = good_report.levels[0]
+    vc, m = lv.verify_cost, lv.model
+    assert vc is not None and vc.samples >= 3, lv.verify_note
+    assert vc.low <= vc.v <= vc.high
+    assert vc.v > 1.5, f"v = {vc.v:.2f}: verifying 9 tokens should cost several decode steps"
+    assert m is not None and m.measured is not None and m.paper_error is not None
+    assert m.extended_error is not None
+    assert m.agrees, (f"measured {m.measured:.2f} [{m.measured_low:.2f}, {m.measured_high:.2f}] "
+                      f"vs extended [{m.extended.low:.2f}, {m.extended.high:.2f}]")
+    assert m.paper > 1.5 * m.measured  # the paper's form is far off
+    assert m.extended_error < m.paper_error
+    assert lv.advice is not None and lv.advice.break_even_v > 1.0
+
+
+def test_good_pair_is_explained_as_a_win(good_report: BenchReport) -> None:
+    v = good_report.verdict
+    assert v is not None and v.outcome == "wins", v
+    assert v.headline.startswith("speculation wins at your P95 concurrency 1:")
+    assert "decode steps predict" in v.reasons[0] and "paper's form" in v.reasons[0]
+    page = render_html(good_report)
+    assert page.index('id="verdict"') < page.index("<h2>Per level</h2>")
+    assert "extended model (g·c + v)" in page
+    assert list(good_report.to_json()) and good_report.to_bytes().startswith(b'{\n  "verdict"')
+
+
+def test_draft_that_is_the_target_is_explained_as_c_about_1(
+        tmp_path: Path, bench_pairs: dict[str, SynthPair], llama_server_bin: Path) -> None:
+    pair = bench_pairs["good"]
+    itself = dataclasses.replace(pair, draft=pair.target)
+    report = _bench(tmp_path, "itself", itself, llama_server_bin, rounds=2)
+    lv = report.levels[0]
+    assert lv.c_measured is not None and lv.c_measured > 0.8, lv.c_measured
+    v = report.verdict
+    assert v is not None and v.outcome in ("loses", "inconclusive"), v
+    assert any("c ≈ 1" in r for r in v.reasons), v.reasons
