@@ -28,7 +28,9 @@ from specbundle.synth.known import make_cyclic_pair, make_self_pair
 from tests._engine import llama_server, spec_args
 from tests.bench.conftest import bundle_doc, pull_synth
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow]
+# A statistical verdict on a shared 2-core box: a failure is re-measured (twice) before it counts.
+MEASURED = pytest.mark.flaky(reruns=2, reruns_delay=2)
+pytestmark = [pytest.mark.engine, pytest.mark.slow, MEASURED]
 
 
 def _fixed(doc: dict[str, Any], rounds: int = 2, max_rounds: int = 2) -> dict[str, Any]:
