@@ -4,7 +4,7 @@ Names, keys and values in a model file are attacker bytes: invalid UTF-8 (decode
 ``surrogateescape`` into lone surrogates that no UTF-8 encoder accepts), control characters that
 rewrite a terminal, bidi overrides and zero-width characters that hide a real extension. The
 report must always serialise (JSON, SARIF, table) and must show what is really there, so every
-non-printable code point is replaced by its ``\\uXXXX`` escape. Escaping is idempotent: its
+non-printable code point is replaced by its ``\\uhhhh`` escape. Escaping is idempotent: its
 output is printable, so escaping twice changes nothing (reports are re-read and re-built).
 """
 
@@ -35,7 +35,7 @@ def safe_text(s: str) -> str:
 
 
 def hidden_chars(s: str) -> list[str]:
-    """The code points of ``s`` that hide or disguise text, as ``U+XXXX NAME`` labels."""
+    """The code points of ``s`` that hide or disguise text, as ``U+hhhh NAME`` labels."""
     if s.isascii() and s.isprintable():
         return []  # the common case, without a per-character lookup
     return [f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}" for c in s
