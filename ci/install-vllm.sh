@@ -28,6 +28,10 @@ if [ -x "$VENV/bin/vllm" ] && VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" "$VENV/b
      | grep -q "^$VLLM_VERSION+cpu\$\|^$VLLM_VERSION\$"; then
   echo "vllm $VLLM_VERSION already installed in $VENV (launcher rewritten)"
 else
+  # whatever stands at $VENV is not a working install (a half-built venv, a dangling link):
+  # start over, and never leave a half-built one behind for the tests to find
+  rm -rf "$VENV"
+  trap 'rm -rf "$VENV"' ERR
   "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
   # Plain pip on purpose: it resolves torch==2.13.0+cpu from the machine's local wheel directory.

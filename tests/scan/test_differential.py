@@ -163,3 +163,60 @@ def test_fast_opcode_decoder_agrees_with_genops() -> None:
             ours = run(lambda f: fast_ops(f, 1 << 20))
             theirs = run(pickletools.genops)
             assert ours == theirs, data
+
+
+def _reference_walk(data: bytes) -> tuple[object, ...]:
+    """The walker's semantics one opcode at a time: ``fast_ops`` into ``_step``."""
+    import io
+
+    from specbundle.scan import pickle_walker as pw
+    from specbundle.scan.pickle_ops import fast_ops
+
+    st = pw._State(pw.TORCH_ALLOWED)
+    complete, root, broken = False, None, False
+    try:
+        for op, arg, pos in fast_ops(io.BytesIO(data), 1 << 20):
+            st.pos = pos
+            if op.name == "STOP":
+                top = st.pop()
+                complete, root = True, top if isinstance(top, (int, str)) else None
+                break
+            pw._step(st, op, arg)
+    except pw._TooManyProblems:
+        broken = True
+    except (ValueError, UnicodeError, EOFError, OverflowError, struct.error, IndexError):
+        broken = True
+    problems = [(p.check_id, p.pos) for p in st.problems]
+    return tuple(st.globals), problems, tuple(st.pids), complete, root, broken
+
+
+def test_walker_hot_loop_agrees_with_its_reference_semantics() -> None:
+    """The inlined opcodes of the walker's hot loop do exactly what ``_step`` does."""
+    import io
+    import pickle
+
+    from specbundle.scan.pickle_walker import TORCH_ALLOWED, walk_pickle
+
+    rng = random.Random(23)
+    objs: list[object] = [{"a": [1, 2.5, "x", b"y", None, True, (1, 2)], "b": {1, 2}},
+                          {f"k{i}": i * 1000 for i in range(200)}, [[i] * 3 for i in range(50)],
+                          frozenset({1}), {"k": [{"n": (i, -i, 2 ** 20 + i)} for i in range(20)]}]
+    seeds = [pickle.dumps(o, protocol=p) for p in range(6) for o in objs]
+    seeds += [corpus._state_dict(), corpus.text_pickle(), corpus.importlib_chain()]
+    seen_problem = seen_clean = 0
+    for seed in seeds:
+        for i in range(40):
+            data = seed if i == 0 else _mutate(rng, seed)
+            globs, problems, pids, complete, root, broken = _reference_walk(data)
+            walk = walk_pickle(io.BytesIO(data), TORCH_ALLOWED, max_bytes=1 << 20)
+            assert walk.globals == globs, data
+            assert walk.persistent_ids == pids, data
+            assert (walk.complete, walk.root) == (complete, root), data
+            assert broken == (not complete), data
+            ours = [(p.check_id, p.pos) for p in walk.problems]
+            # the walker adds one closing problem for a broken or unfinished stream
+            assert ours[:len(problems)] == problems, data
+            assert len(ours) - len(problems) == (0 if complete else 1), data
+            seen_problem += bool(problems)
+            seen_clean += not walk.problems
+    assert seen_problem and seen_clean

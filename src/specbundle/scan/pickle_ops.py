@@ -32,6 +32,7 @@ _FIXED: dict[int, tuple[struct.Struct, int]] = {
 _UNICODE: dict[int, tuple[struct.Struct, int]] = {0x8C: (_U1, 1), ord("X"): (_U4, 4),
                                                    0x8D: (_U8, 8)}
 _BLOCK = 1 << 16
+_WINDOW = 1 << 20  # the walker re-checks its stack, memo and opcode limits at every window
 # Per opcode byte: 0 no argument, 1 fixed-size int, 2 length-prefixed UTF-8, 3 any other
 # argument (pickletools' reader), -1 unknown opcode. Lists indexed by byte: the hot loop's
 # cheapest lookup.
@@ -55,21 +56,76 @@ class BudgetExceeded(Exception):
 
 
 class _Buffer:
-    """The stream's bytes from its position, read on demand up to ``limit``."""
+    """A window on the stream's bytes: ``data`` starts at absolute offset ``base``.
+
+    The walker slides the window over what it has consumed (:meth:`slide`), so memory stays at
+    one window and nothing is copied twice; :meth:`need` grows it for an argument that crosses
+    its end. ``at_limit`` says a read was cut by the budget, not by the end of the stream.
+    """
 
     def __init__(self, stream: IO[bytes], limit: int) -> None:
-        self.stream, self.limit, self.data = stream, limit, b""
+        self.stream, self.limit, self.data, self.base = stream, limit, b"", 0
+        self.eof = self.at_limit = False
 
-    def ensure(self, end: int) -> None:
+    def _read(self, want: int) -> bool:
+        if self.eof:
+            return False
+        room = self.limit - self.base - len(self.data)
+        if room <= 0:
+            self.at_limit = True
+            return False
+        chunk = self.stream.read(min(room, want))
+        if not chunk:
+            self.eof = True
+            return False
+        self.data += chunk
+        return True
+
+    def need(self, end: int, *, doubling: bool = False) -> int:
+        """At least ``end`` bytes in the window, or the budget's or the stream's error.
+
+        ``doubling`` grows the window geometrically (a reader retried on a longer window).
+        """
         while len(self.data) < end:
-            if len(self.data) >= self.limit:
-                raise BudgetExceeded
-            want = min(self.limit - len(self.data), max(_BLOCK, len(self.data), end - len(
-                self.data)))
-            chunk = self.stream.read(want)
-            if not chunk:
+            grow = max(_BLOCK, len(self.data)) if doubling else _BLOCK
+            if not self._read(max(grow, end - len(self.data))):
+                if self.at_limit and not self.eof:
+                    raise BudgetExceeded
                 raise ValueError(f"pickle exhausted before {end - len(self.data)} more bytes")
-            self.data += chunk
+        return len(self.data)
+
+    def slide(self, p: int, end: int) -> int:
+        """Drop the window's bytes before ``p`` and read toward ``end`` (fewer at the end of the
+        stream or the budget); the new window length, ``p`` becoming 0."""
+        self.base += p
+        self.data = self.data[p:]
+        want = end - p
+        while len(self.data) < want and self._read(max(_WINDOW, want - len(self.data))):
+            pass
+        return len(self.data)
+
+
+def decode_arg(buf: _Buffer, code: int, p: int) -> tuple[object, int]:
+    """The argument of the opcode ``code`` whose argument starts at ``p``; ``(arg, next)``.
+
+    Raises:
+        ValueError: unknown opcode or truncated argument (as ``genops``).
+    """
+    kind = _KINDS[code]
+    if kind == 0:
+        return None, p
+    if kind == 1 or kind == 2:
+        s, n = _SPECS[code]
+        buf.need(p + n)
+        value: int = s.unpack_from(buf.data, p)[0]
+        p += n
+        if kind == 1:
+            return value, p
+        buf.need(p + value)  # a length, then that many UTF-8 bytes
+        return str(buf.data[p:p + value], "utf-8", "surrogatepass"), p + value
+    if kind == 3:
+        return _generic(buf, _OPS[code], p)
+    raise ValueError(f"at position {p - 1}, opcode {bytes([code])!r} unknown")
 
 
 def fast_ops(stream: IO[bytes], limit: int) -> Iterator[tuple[pickletools.OpcodeInfo, object,
@@ -81,41 +137,18 @@ def fast_ops(stream: IO[bytes], limit: int) -> Iterator[tuple[pickletools.Opcode
         ValueError: unknown opcode or truncated argument (as ``genops``).
     """
     buf = _Buffer(stream, limit)
-    ops, kinds, specs = _OPS, _KINDS, _SPECS
-    data = buf.data
     p = 0
     while True:
-        if p >= len(data):
-            buf.ensure(p + 1)
-            data = buf.data
-        code = data[p]
-        kind = kinds[code]
-        start = p
-        p += 1
-        if kind == 0:
-            arg: object = None
-        elif kind == 1 or kind == 2:
-            s, n = specs[code]
-            if p + n > len(data):
-                buf.ensure(p + n)
-                data = buf.data
-            arg = s.unpack_from(data, p)[0]
-            p += n
-            if kind == 2:  # a length, then that many UTF-8 bytes
-                length: int = s.unpack_from(data, p - n)[0]
-                if p + length > len(data):
-                    buf.ensure(p + length)
-                    data = buf.data
-                arg = str(data[p:p + length], "utf-8", "surrogatepass")
-                p += length
-        elif kind == 3:
-            arg, p = _generic(buf, ops[code], p)
-            data = buf.data
-        else:
-            raise ValueError(f"at position {start}, opcode {bytes([code])!r} unknown")
-        yield ops[code], arg, start
+        if p + 9 > len(buf.data):
+            buf.slide(p, p + 9)
+            p = 0
+        buf.need(p + 1)
+        code = buf.data[p]
+        arg, nxt = decode_arg(buf, code, p + 1)
+        yield _OPS[code], arg, buf.base + p
         if code == 0x2E:  # STOP
             return
+        p = nxt
 
 
 def _generic(buf: _Buffer, op: pickletools.OpcodeInfo, p: int) -> tuple[object, int]:
@@ -129,11 +162,11 @@ def _generic(buf: _Buffer, op: pickletools.OpcodeInfo, p: int) -> tuple[object, 
             arg = op.arg.reader(view)
         except ValueError:
             # a reader that ran out of bytes: read more (within the budget) and retry
-            if len(buf.data) >= buf.limit:
+            if buf.base + len(buf.data) >= buf.limit:
                 raise
             before = len(buf.data)
             try:
-                buf.ensure(len(buf.data) + 1)
+                buf.need(len(buf.data) + 1, doubling=True)
             except ValueError:
                 raise ValueError(f"truncated {op.name} argument at position {p}") from None
             if len(buf.data) == before:
@@ -141,5 +174,5 @@ def _generic(buf: _Buffer, op: pickletools.OpcodeInfo, p: int) -> tuple[object, 
             continue
         end = view.tell()
         if end > len(buf.data):
-            buf.ensure(end)
+            buf.need(end)
         return arg, end

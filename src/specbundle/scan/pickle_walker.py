@@ -11,12 +11,13 @@ an unknown opcode or a broken stream is reported, never guessed.
 from __future__ import annotations
 
 import io
+import pickle
 import pickletools
 import struct
 from dataclasses import dataclass, field
 from typing import IO
 
-from specbundle.scan.pickle_ops import BudgetExceeded, fast_ops
+from specbundle.scan.pickle_ops import _I4, _OPS, _U4, BudgetExceeded, _Buffer, decode_arg, fast_ops
 
 __all__ = [
     "NUMPY_ALLOWED",
@@ -71,13 +72,10 @@ _STRING_OPS = frozenset({"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "B
 _INT_OPS = frozenset({"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4"})
 _PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 _GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
-# Opcodes whose whole effect is one push (of their int/str argument, or of an opaque value),
-# or a pop to the mark: handled inline by walk_pickle.
-_PUSH_ARG = frozenset({"BININT1", "BININT2", "BININT", "SHORT_BINUNICODE", "BINUNICODE",
-                       "BINUNICODE8"})
-_PUSH_OPAQUE = frozenset({"NONE", "NEWTRUE", "NEWFALSE", "EMPTY_LIST", "EMPTY_DICT",
-                          "EMPTY_SET", "BINFLOAT"})
-_MARK_POP = frozenset({"APPENDS", "SETITEMS", "ADDITEMS", "LIST", "DICT"})
+# Opcode bytes the hot loop of _run applies inline: one opaque push (BINFLOAT with its 8
+# bytes), and the pops to the newest mark.
+_PUSH_OPAQUE_CODES = frozenset(b"N\x88\x89]}\x8fG")
+_MARK_POP_CODES = frozenset(b"ue\x90ld\x91")
 _FORBIDDEN_OPS = frozenset({"EXT1", "EXT2", "EXT4", "NEXT_BUFFER", "READONLY_BUFFER"})
 # Every opcode of protocols 0-5 as of CPython 3.11; a newer one is "unknown" and blocked.
 _KNOWN_OPS = frozenset(op.name for op in pickletools.opcodes)
@@ -85,19 +83,14 @@ _KNOWN_OPS = frozenset(op.name for op in pickletools.opcodes)
 # number of tensors), low enough that a hostile stream cannot exhaust the scanner's memory.
 _MAX_STACK = 1_000_000
 _MAX_MEMO = 4_000_000
-_MAX_OPS = 2_000_000  # ~65 000 tensors of torch data.pkl; beyond: too large to analyse
+_MAX_OPS = 16_000_000  # ~50 MB of small opcodes, seconds to walk; beyond: too large to analyse
 
 
 class _Opaque:
     """A stack value the walker does not model."""
 
 
-class _Mark:
-    """The MARK sentinel."""
-
-
 _OPAQUE = _Opaque()
-_MARK = _Mark()
 
 
 @dataclass(frozen=True)
@@ -145,6 +138,9 @@ _MAX_PROBLEMS = 32  # one stream is blocked by its first problem; the rest is ev
 class _State:
     allowed: frozenset[str]
     stack: list[Item] = field(default_factory=list)
+    # MARK positions kept beside the stack, as both CPython unpicklers do: a pop below the
+    # newest mark is an underflow, and a mark pop is one slice, not a loop
+    marks: list[int] = field(default_factory=list)
     memo: dict[int, Item] = field(default_factory=dict)
     globals: list[tuple[str, int]] = field(default_factory=list)
     problems: list[PickleProblem] = field(default_factory=list)
@@ -156,22 +152,33 @@ class _State:
             raise _TooManyProblems
         self.problems.append(PickleProblem(check_id, message, self.pos))
 
+    def fence(self) -> int:
+        return self.marks[-1] if self.marks else 0
+
     def pop(self) -> Item:
-        if not self.stack or self.stack[-1] is _MARK:
+        if len(self.stack) <= self.fence():
             self.problem("pickle.malformed", "stack underflow")
             return _OPAQUE
         return self.stack.pop()
 
     def pop_mark(self) -> list[Item]:
-        items: list[Item] = []
-        while self.stack and self.stack[-1] is not _MARK:
-            items.append(self.stack.pop())
-        if not self.stack:
+        if not self.marks:
             self.problem("pickle.malformed", "no MARK on the stack")
-        else:
-            self.stack.pop()
-        items.reverse()
+            items = self.stack[:]
+            self.stack.clear()
+            return items
+        m = self.marks.pop()
+        items = self.stack[m:]
+        del self.stack[m:]
         return items
+
+    def container(self, opname: str) -> None:
+        """The object an APPEND/SETITEM-family opcode mutates: present, and not a global."""
+        if len(self.stack) <= self.fence():
+            self.problem("pickle.malformed", f"{opname} without a container")
+        elif isinstance(self.stack[-1], _Global):
+            self.problem("pickle.opcode-not-allowed",
+                         f"{opname} on a global (calls a module object's methods)")
 
     def add_global(self, name: str) -> _Global:
         self.globals.append((name, self.pos))
@@ -188,7 +195,21 @@ def _int(arg: object) -> int:
     return arg if isinstance(arg, int) else -1
 
 
+def _top(st: _State, opname: str) -> Item:
+    """The stack's top above the newest mark (what MEMOIZE/PUT/DUP read)."""
+    if len(st.stack) <= st.fence():
+        st.problem("pickle.malformed", f"{opname} on an empty stack")
+        return _OPAQUE
+    return st.stack[-1]
+
+
+def _top_at(st: _State, pos: int, opname: str) -> Item:
+    st.pos = pos
+    return _top(st, opname)
+
+
 def _step(st: _State, op: pickletools.OpcodeInfo, arg: object) -> None:
+    """Every opcode's effect: the reference semantics the hot loop of :func:`_run` inlines."""
     name = op.name
     if name not in _KNOWN_OPS:
         st.problem("pickle.unknown-opcode", f"opcode {name} is not known to the walker")
@@ -201,7 +222,7 @@ def _step(st: _State, op: pickletools.OpcodeInfo, arg: object) -> None:
         st.stack.append(arg if isinstance(arg, int) else _OPAQUE)
     elif name in _PUT_OPS or name == "MEMOIZE":
         idx = len(st.memo) if name == "MEMOIZE" else _int(arg)
-        st.memo[idx] = st.stack[-1] if st.stack else _OPAQUE
+        st.memo[idx] = _top(st, name)
     elif name in _GET_OPS:
         if _int(arg) not in st.memo:
             st.problem("pickle.malformed", f"memo key {arg} read before it was written")
@@ -221,6 +242,9 @@ def _step(st: _State, op: pickletools.OpcodeInfo, arg: object) -> None:
         else:
             st.problem("pickle.unresolved-global", "STACK_GLOBAL operands are not constants")
             st.stack.append(_OPAQUE)
+    elif name == "PROTO":
+        if _int(arg) > pickle.HIGHEST_PROTOCOL:
+            st.problem("pickle.malformed", f"unsupported pickle protocol {arg}")
     else:
         _step_structural(st, op, arg)
 
@@ -231,6 +255,18 @@ def _step_structural(st: _State, op: pickletools.OpcodeInfo, arg: object) -> Non
         n = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3, "EMPTY_TUPLE": 0}.get(name)
         items = st.pop_mark() if n is None else list(reversed([st.pop() for _ in range(n)]))
         st.stack.append(tuple(items))
+    elif name in ("APPENDS", "SETITEMS", "ADDITEMS"):
+        st.pop_mark()
+        st.container(name)
+    elif name in ("APPEND", "SETITEM"):
+        for _ in range(1 if name == "APPEND" else 2):
+            st.pop()
+        st.container(name)
+    elif name in ("LIST", "DICT", "FROZENSET"):
+        st.pop_mark()
+        st.stack.append(_OPAQUE)
+    elif name == "MARK":
+        st.marks.append(len(st.stack))
     elif name == "REDUCE":
         st.pop()
         st.require_callable(st.pop(), name)
@@ -254,10 +290,10 @@ def _step_structural(st: _State, op: pickletools.OpcodeInfo, arg: object) -> Non
         st.stack.append(_OPAQUE)
     elif name == "BUILD":
         st.pop()
-        if st.stack and isinstance(st.stack[-1], _Global):
+        if len(st.stack) > st.fence() and isinstance(st.stack[-1], _Global):
             st.problem("pickle.opcode-not-allowed", "BUILD on a global (mutates a module object)")
     elif name == "DUP":
-        st.stack.append(st.stack[-1] if st.stack else _OPAQUE)
+        st.stack.append(_top(st, name))
     elif name == "POP_MARK":
         st.pop_mark()
     else:
@@ -275,8 +311,124 @@ def _generic(st: _State, op: pickletools.OpcodeInfo) -> None:
     else:
         for _ in before:
             st.pop()
-    for kind in op.stack_after:
-        st.stack.append(_MARK if kind is pickletools.markobject else _OPAQUE)
+    for _kind in op.stack_after:
+        st.stack.append(_OPAQUE)
+
+
+def _limits(st: _State, count: int) -> bool:
+    if len(st.stack) > _MAX_STACK or len(st.memo) > _MAX_MEMO or count > _MAX_OPS:
+        st.problem("pickle.budget", "too large to analyse: opcodes, stack or memo beyond the "
+                   "walker's limits")
+        return True
+    return False
+
+
+def _run(st: _State, buf: _Buffer) -> tuple[bool, object]:
+    """The walk proper: decode and apply opcodes until STOP; ``(complete, root)``.
+
+    One loop that decodes in place and applies the opcodes checkpoints are made of inline
+    (the same effects as :func:`_step`, which a test holds it to): a generator per opcode and
+    a dispatch by name cost ~2 us per opcode, which put a 10 MB pickle of small opcodes at
+    tens of seconds. Everything else is decoded by :func:`decode_arg` and goes through
+    :func:`_step`. Limits are checked once per window (at most ``_WINDOW`` opcodes apart) and
+    after every opcode of the slow path (which may grow the window).
+    """
+    stack, memo, marks = st.stack, st.memo, st.marks
+    data, p, start, fence, count, base = buf.data, 0, 0, 0, 0, 0
+    n = len(data)
+    i4, u4 = _I4.unpack_from, _U4.unpack_from
+    opaque, mark_pop = _OPAQUE, _MARK_POP_CODES
+    try:
+        while True:
+            if p + 9 > n:  # every inline opcode's fixed part fits in 9 bytes
+                n = buf.slide(p, p + 9)
+                data, base, p, start = buf.data, buf.base, 0, 0
+                st.pos = base
+                if _limits(st, count):
+                    return False, None
+                if n == 0:
+                    buf.need(1)  # raises: the budget's error or the stream's end
+            start = p
+            code = data[p]
+            p += 1
+            count += 1
+            if code == 0x8C:  # SHORT_BINUNICODE
+                end = p + 1 + data[p]
+                if end > n:
+                    n = buf.need(end)
+                    data = buf.data
+                stack.append(str(data[p + 1:end], "utf-8", "surrogatepass"))
+                p = end
+            elif code == 0x94:  # MEMOIZE
+                memo[len(memo)] = (stack[-1] if len(stack) > fence
+                                   else _top_at(st, base + start, "MEMOIZE"))
+            elif code == 0x4B:  # BININT1
+                stack.append(data[p])
+                p += 1
+            elif code == 0x4A:  # BININT
+                stack.append(i4(data, p)[0])
+                p += 4
+            elif code == 0x4D:  # BININT2
+                stack.append(data[p] | data[p + 1] << 8)
+                p += 2
+            elif code == 0x28:  # MARK
+                fence = len(stack)
+                marks.append(fence)
+            elif code in mark_pop:  # SETITEMS APPENDS ADDITEMS / LIST DICT FROZENSET
+                if not marks:
+                    st.pos = base + start
+                    st.pop_mark()
+                else:
+                    del stack[marks.pop():]
+                fence = marks[-1] if marks else 0
+                if code == 0x75 or code == 0x65 or code == 0x90:
+                    if len(stack) <= fence or type(stack[-1]) is _Global:
+                        st.pos = base + start
+                        st.container(_OPS[code].name)
+                else:
+                    stack.append(opaque)
+            elif code == 0x71 or code == 0x68:  # BINPUT / BINGET
+                idx = data[p]
+                p += 1
+                if code == 0x71:
+                    memo[idx] = (stack[-1] if len(stack) > fence
+                                 else _top_at(st, base + start, "BINPUT"))
+                elif idx in memo:
+                    stack.append(memo[idx])
+                else:
+                    st.pos = base + start
+                    _step(st, _OPS[code], idx)
+            elif code == 0x72 or code == 0x6A:  # LONG_BINPUT / LONG_BINGET
+                idx = u4(data, p)[0]
+                p += 4
+                if code == 0x72:
+                    memo[idx] = (stack[-1] if len(stack) > fence
+                                 else _top_at(st, base + start, "LONG_BINPUT"))
+                elif idx in memo:
+                    stack.append(memo[idx])
+                else:
+                    st.pos = base + start
+                    _step(st, _OPS[code], idx)
+            elif code == 0x95:  # FRAME
+                p += 8
+            elif code in _PUSH_OPAQUE_CODES:
+                stack.append(opaque)
+                p += 8 if code == 0x47 else 0  # BINFLOAT
+            elif code == 0x2E:  # STOP
+                st.pos = base + start
+                top = st.pop()
+                return True, top if isinstance(top, (int, str)) else None
+            else:
+                st.pos = base + start
+                arg, p = decode_arg(buf, code, p)
+                data, n = buf.data, len(buf.data)
+                _step(st, _OPS[code], arg)
+                fence = marks[-1] if marks else 0
+                if _limits(st, count):
+                    return False, None
+    except BaseException:
+        st.pos = base + start
+        raise
 
 
 def walk_pickle(stream: IO[bytes], allowed: frozenset[str], *, max_bytes: int) -> PickleWalk:
@@ -295,36 +447,9 @@ def walk_pickle(stream: IO[bytes], allowed: frozenset[str], *, max_bytes: int) -
     origin = stream.tell()
     complete = False
     root: object = None
+    buf = _Buffer(stream, max_bytes)
     try:
-        stack, memo = st.stack, st.memo
-        for n_ops, (op, arg, pos) in enumerate(fast_ops(stream, max_bytes)):
-            st.pos = pos
-            name = op.name
-            # hot opcodes of checkpoints first (same effect as _step, without its dispatch)
-            if name in _PUSH_ARG:
-                stack.append(arg if type(arg) is int or type(arg) is str else _OPAQUE)
-            elif name in _PUSH_OPAQUE:
-                stack.append(_OPAQUE)
-            elif name == "MARK":
-                stack.append(_MARK)
-            elif name == "MEMOIZE":
-                memo[len(memo)] = stack[-1] if stack else _OPAQUE
-            elif name in _MARK_POP:
-                st.pop_mark()
-                if name == "LIST" or name == "DICT":
-                    stack.append(_OPAQUE)
-            elif name == "STOP":
-                top = st.pop()
-                root = top if isinstance(top, (int, str)) else None
-                complete = True
-                break
-            else:
-                _step(st, op, arg)
-            if not n_ops & 0xFF and (len(stack) > _MAX_STACK or len(memo) > _MAX_MEMO
-                                      or n_ops > _MAX_OPS):
-                st.problem("pickle.budget", "too large to analyse: opcodes, stack or memo beyond "
-                           "the walker's limits")
-                break
+        complete, root = _run(st, buf)
     except BudgetExceeded:
         st.problems.append(PickleProblem(
             "pickle.budget", f"pickle too large to analyse (over the {max_bytes}-byte budget)",
@@ -333,8 +458,12 @@ def walk_pickle(stream: IO[bytes], allowed: frozenset[str], *, max_bytes: int) -
         st.problems.append(PickleProblem(
             "pickle.malformed", f"more than {_MAX_PROBLEMS} problems; walk stopped", st.pos))
     except (ValueError, UnicodeError, EOFError, OverflowError, struct.error, IndexError) as err:
-        st.problems.append(PickleProblem("pickle.malformed", f"broken pickle stream: {err}",
-                                         st.pos))
+        if buf.at_limit and isinstance(err, (struct.error, IndexError)):
+            msg, check = f"pickle too large to analyse (over the {max_bytes}-byte budget)", \
+                "pickle.budget"
+        else:
+            msg, check = f"broken pickle stream: {err}", "pickle.malformed"
+        st.problems.append(PickleProblem(check, msg, st.pos))
     if not complete and not any(p.check_id in ("pickle.malformed", "pickle.budget")
                                 for p in st.problems):
         st.problems.append(PickleProblem("pickle.malformed", "stream ended before STOP", st.pos))
