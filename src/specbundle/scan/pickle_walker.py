@@ -334,7 +334,7 @@ def _run(st: _State, buf: _Buffer) -> tuple[bool, object]:
     after every opcode of the slow path (which may grow the window).
     """
     stack, memo, marks = st.stack, st.memo, st.marks
-    data, p, start, fence, count, base = buf.data, 0, 0, 0, 0, 0
+    data, p, fence, count, base = buf.data, 0, 0, 0, 0
     n = len(data)
     i4, u4 = _I4.unpack_from, _U4.unpack_from
     opaque, mark_pop = _OPAQUE, _MARK_POP_CODES
@@ -342,14 +342,13 @@ def _run(st: _State, buf: _Buffer) -> tuple[bool, object]:
         while True:
             if p + 9 > n:  # every inline opcode's fixed part fits in 9 bytes
                 n = buf.slide(p, p + 9)
-                data, base, p, start = buf.data, buf.base, 0, 0
+                data, base, p = buf.data, buf.base, 0
                 st.pos = base
                 if _limits(st, count):
                     return False, None
                 if n == 0:
                     buf.need(1)  # raises: the budget's error or the stream's end
-            start = p
-            code = data[p]
+            code = data[p]  # the opcode's position is p - 1 from here on
             p += 1
             count += 1
             if code == 0x8C:  # SHORT_BINUNICODE
@@ -361,7 +360,7 @@ def _run(st: _State, buf: _Buffer) -> tuple[bool, object]:
                 p = end
             elif code == 0x94:  # MEMOIZE
                 memo[len(memo)] = (stack[-1] if len(stack) > fence
-                                   else _top_at(st, base + start, "MEMOIZE"))
+                                   else _top_at(st, base + p - 1, "MEMOIZE"))
             elif code == 0x4B:  # BININT1
                 stack.append(data[p])
                 p += 1
@@ -376,14 +375,14 @@ def _run(st: _State, buf: _Buffer) -> tuple[bool, object]:
                 marks.append(fence)
             elif code in mark_pop:  # SETITEMS APPENDS ADDITEMS / LIST DICT FROZENSET
                 if not marks:
-                    st.pos = base + start
+                    st.pos = base + p - 1
                     st.pop_mark()
                 else:
                     del stack[marks.pop():]
                 fence = marks[-1] if marks else 0
                 if code == 0x75 or code == 0x65 or code == 0x90:
                     if len(stack) <= fence or type(stack[-1]) is _Global:
-                        st.pos = base + start
+                        st.pos = base + p - 1
                         st.container(_OPS[code].name)
                 else:
                     stack.append(opaque)
@@ -392,22 +391,22 @@ def _run(st: _State, buf: _Buffer) -> tuple[bool, object]:
                 p += 1
                 if code == 0x71:
                     memo[idx] = (stack[-1] if len(stack) > fence
-                                 else _top_at(st, base + start, "BINPUT"))
+                                 else _top_at(st, base + p - 2, "BINPUT"))
                 elif idx in memo:
                     stack.append(memo[idx])
                 else:
-                    st.pos = base + start
+                    st.pos = base + p - 2
                     _step(st, _OPS[code], idx)
             elif code == 0x72 or code == 0x6A:  # LONG_BINPUT / LONG_BINGET
                 idx = u4(data, p)[0]
                 p += 4
                 if code == 0x72:
                     memo[idx] = (stack[-1] if len(stack) > fence
-                                 else _top_at(st, base + start, "LONG_BINPUT"))
+                                 else _top_at(st, base + p - 5, "LONG_BINPUT"))
                 elif idx in memo:
                     stack.append(memo[idx])
                 else:
-                    st.pos = base + start
+                    st.pos = base + p - 5
                     _step(st, _OPS[code], idx)
             elif code == 0x95:  # FRAME
                 p += 8
@@ -415,19 +414,23 @@ def _run(st: _State, buf: _Buffer) -> tuple[bool, object]:
                 stack.append(opaque)
                 p += 8 if code == 0x47 else 0  # BINFLOAT
             elif code == 0x2E:  # STOP
-                st.pos = base + start
+                st.pos = base + p - 1
                 top = st.pop()
                 return True, top if isinstance(top, (int, str)) else None
             else:
-                st.pos = base + start
+                st.pos = base + p - 1
                 arg, p = decode_arg(buf, code, p)
                 data, n = buf.data, len(buf.data)
                 _step(st, _OPS[code], arg)
                 fence = marks[-1] if marks else 0
                 if _limits(st, count):
                     return False, None
+    except _TooManyProblems:
+        raise  # st.pos is the position of the problem that overflowed
     except BaseException:
-        st.pos = base + start
+        # a decode that failed left p just after the opcode's byte (every inline decode
+        # advances p after reading); a failed read at a window's first byte left p at 0
+        st.pos = base + max(p - 1, 0)
         raise
 
 
