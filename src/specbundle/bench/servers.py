@@ -4,12 +4,16 @@ A server is either started from the bundle's rendered shell script (``run.sh`` h
 ``SPECBUNDLE_HOST``/``SPECBUNDLE_PORT``/``SPECBUNDLE_SPECULATION`` and the binary override),
 started from an argv (the draft served alone), or an already running one given by URL.
 Started processes get their own session so the whole process group is stopped, whatever
-happened inside the block. Plain HTTP calls use httpx; only the measurement client streams.
+happened inside the block, and on Linux a parent-death signal, so a benchmark killed outright
+(kill -9, an OOM kill, a CI timeout) leaves no engine behind holding a core and a port.
+Plain HTTP calls use httpx; only the measurement client streams.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import signal
 import socket
@@ -27,6 +31,31 @@ from specbundle.errors import BenchError
 __all__ = ["attach", "free_port", "get_json", "launch", "scrape", "served_model"]
 
 _LOCAL = ("127.0.0.1", "localhost", "::1")
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Any:
+    """A ``preexec_fn`` that asks the kernel to SIGTERM the child when its parent dies.
+
+    Hand-written (ctypes ``prctl``) because ``subprocess`` has no such option. The libc
+    function is looked up here, before the fork, so the child only makes the call; a parent
+    already gone by then is caught by comparing the parent pid. ``None`` off Linux.
+    """
+    if os.uname().sysname != "Linux":
+        return None
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -81,7 +110,8 @@ def launch(argv: Sequence[str], *, env: Mapping[str, str], host: str, port: int,
     with log.open("ab") as out:
         try:
             proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT,
-                                    env=full_env, start_new_session=True)
+                                    env=full_env, start_new_session=True,
+                                    preexec_fn=_die_with_parent())
         except OSError as err:
             raise BenchError(f"cannot start {argv[0]}: {err.strerror}") from None
     url = f"http://{host}:{port}"
