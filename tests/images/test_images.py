@@ -99,11 +99,11 @@ def test_load_round_trip_recreates_the_exact_image(
     mirror, rec = _saved(tmp_path, images)
     docker_client.images.remove(rec.image_id, force=True)
     assert not _has_image(docker_client, rec.image_id)
-    (loaded,) = load_images(mirror, "pair")
+    (loaded,) = load_images(mirror, "pair", allow_unsigned=True)
     assert (loaded.image_id, loaded.was_present) == (rec.image_id, False)
     assert rec.reference in docker_client.images.get(rec.image_id).tags
     assert mirror.read_events()[-1]["data"]["image_id"] == rec.image_id
-    (again,) = load_images(mirror, "pair")
+    (again,) = load_images(mirror, "pair", allow_unsigned=True)
     assert again.was_present
 
 
@@ -123,7 +123,7 @@ def test_tampered_archive_is_refused_before_docker_load(
     docker_client.images.remove(rec.image_id, force=True)
     _tamper_layer(mirror.object_path(rec.archive_sha256))
     with pytest.raises(VerificationError, match="tampered"):
-        load_images(mirror, "pair")
+        load_images(mirror, "pair", allow_unsigned=True)
     assert not _has_image(docker_client, rec.image_id)
     assert all(e["type"] != "image-load" for e in mirror.read_events())
 
@@ -144,11 +144,11 @@ def test_swapped_archive_and_record_are_not_bound(
               "image_id": str(docker_client.images.get(other).id)}
     mirror.write_bundle_file("pair", image_record_path("llamacpp"), json.dumps(forged).encode())
     with pytest.raises(VerificationError, match="not bound"):
-        load_images(mirror, "pair")
+        load_images(mirror, "pair", allow_unsigned=True)
     forged_id = {**rec.to_json(), "image_id": "sha256:" + "1" * 64}
     mirror.write_bundle_file("pair", image_record_path("llamacpp"), json.dumps(forged_id).encode())
     with pytest.raises(VerificationError, match="not bound"):
-        load_images(mirror, "pair")
+        load_images(mirror, "pair", allow_unsigned=True)
 
 
 def test_archive_with_wrong_image_id_is_refused(tmp_path: Path, images: ImageFactory) -> None:
@@ -325,12 +325,16 @@ def test_images_cli_save_ls_load(
     code, out, _ = run_cli(capsys, "images", "ls", "pair", "--mirror", m, "--json")
     assert json.loads(out)["images"] == [saved]
     docker_client.images.remove(saved["image_id"], force=True)
-    code, out, err = run_cli(capsys, "images", "load", "pair", "--mirror", m)
+    code, _, err = run_cli(capsys, "images", "load", "pair", "--mirror", m)
+    assert code == 3  # fail closed: no policy and no explicit opt-in
+    assert "without a trust policy" in err
+    assert not _has_image(docker_client, saved["image_id"])
+    code, out, err = run_cli(capsys, "images", "load", "pair", "--mirror", m, "--allow-unsigned")
     assert code == 0
     assert "loaded" in out
     assert "integrity, not authorship" in out
     _tamper_layer(mirror.object_path(saved["archive_sha256"]))
-    code, _, err = run_cli(capsys, "images", "load", "pair", "--mirror", m)
+    code, _, err = run_cli(capsys, "images", "load", "pair", "--mirror", m, "--allow-unsigned")
     assert code == 3
     assert "tampered" in err
     code, _, err = run_cli(capsys, "images", "save", "pair", "--mirror", m, "--engine", "vllm")

@@ -77,13 +77,17 @@ def save(bundle: str, mirror_dir: Path | None, engines: tuple[str, ...], as_json
 @click.option("--trust", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Verify the bundle against this policy; the images must then be listed by "
                    "the signed transfer index it was imported with.")
+@click.option("--allow-unsigned", is_flag=True,
+              help="Without --trust, accept the mirror's own bundle record (integrity, not "
+                   "authorship): only for images you saved yourself on this side.")
 @json_option
 def load(bundle: str, mirror_dir: Path | None, engines: tuple[str, ...], trust: Path | None,
-         as_json: bool) -> None:
+         allow_unsigned: bool, as_json: bool) -> None:
     """Check each archive against the signed record, then docker load it (isolated side)."""
     mirror = open_mirror(mirror_dir)
     policy = load_policy(trust) if trust else None
-    loaded = load_images(mirror, bundle, engines=engines or None, policy=policy)
+    loaded = load_images(mirror, bundle, engines=engines or None, policy=policy,
+                         allow_unsigned=allow_unsigned)
     if as_json:
         print_json({"loaded": [li.__dict__ for li in loaded]})
         return

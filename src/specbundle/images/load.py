@@ -4,7 +4,8 @@ Before ``docker load`` each archive must (1) be vouched for: with a trust policy
 is verified (:func:`specbundle.verify.verify_bundle`) and the *signed transfer index* it was
 imported with (``bundles/<name>/import/index.json``) must list the archive object and the
 image record with these exact digests; without a policy only the mirror's own bundle record
-(``extra_blobs``) binds them, which proves integrity but not authorship; (2) hash to the
+(``extra_blobs``) binds them, which proves integrity but not authorship, so that path is
+taken only when the caller asks for it (``allow_unsigned``); (2) hash to the
 recorded digest; (3) hold exactly the recorded image: its config blob hashes to the image ID
 (``docker load`` itself checks each layer against the config's ``diff_ids``). One file
 descriptor is hashed, inspected and streamed to the daemon, so the bytes checked are the
@@ -56,9 +57,22 @@ class LoadedImage:
     signed: bool
 
 
-def vouched_digests(mirror: Mirror, name: str, policy: TrustPolicy | None) -> Vouched:
-    """What may be loaded: the signed transfer index's parts, else the bundle record's blobs."""
+def vouched_digests(mirror: Mirror, name: str, policy: TrustPolicy | None, *,
+                    allow_unsigned: bool = False) -> Vouched:
+    """What may be loaded: the signed transfer index's parts, else (only when the caller opts
+    in) the bundle record's blobs.
+
+    Fail closed: the mirror on disk is not trusted until a signature is verified, so without a
+    policy nothing is loaded unless ``allow_unsigned`` says the caller accepts integrity
+    without authorship (a connected-side round trip of its own images).
+    """
     if policy is None:
+        if not allow_unsigned:
+            raise VerificationError(
+                f"refusing to load the images of {name!r} without a trust policy: the "
+                "mirror's own record proves integrity, not authorship",
+                hint="pass --trust trust.yaml (isolated side), or --allow-unsigned for a "
+                     "connected-side round trip of images you saved yourself")
         return Vouched(frozenset(mirror.load_bundle(name).extra_blobs),
                        f"bundle record of {name!r} (unsigned: no --trust given)", False)
     verify_bundle(mirror, name, policy)
@@ -137,13 +151,15 @@ def _load_one(client: docker.DockerClient, rec: ImageRecord, fh: BinaryIO) -> bo
 def load_images(
     mirror: Mirror, name: str, *, engines: Sequence[str] | None = None,
     policy: TrustPolicy | None = None, client: docker.DockerClient | None = None,
+    allow_unsigned: bool = False,
 ) -> tuple[LoadedImage, ...]:
     """Check and ``docker load`` the images of a bundle; returns what was loaded.
 
     With ``policy`` (the isolated side) the bundle is verified and the images must be listed
-    by the signed transfer index it was imported with; see the module docstring.
+    by the signed transfer index it was imported with; without one, ``allow_unsigned`` must
+    say so (see :func:`vouched_digests`).
     """
-    vouched = vouched_digests(mirror, name, policy)
+    vouched = vouched_digests(mirror, name, policy, allow_unsigned=allow_unsigned)
     records = read_image_records(mirror, name)
     wanted = list(engines) if engines else sorted(records)
     missing = [e for e in wanted if e not in records]
