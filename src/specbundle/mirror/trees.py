@@ -18,14 +18,13 @@ rename each, and only after the bundle record that needs them is committed.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from specbundle import _faults
+from specbundle import _faults, ids
 from specbundle._fsutil import atomic_write_bytes, canonical_json, disk_error, fsync_dir
 from specbundle.digest import sha256_bytes
 from specbundle.errors import CorruptMirror, MirrorError
@@ -37,24 +36,23 @@ if TYPE_CHECKING:
 __all__ = ["TREES", "build_tree", "publish_view", "safe_rel", "selection_id", "tree_name"]
 
 TREES = "trees"
-_COMMIT_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _faults.register("tree.renamed", "view.flipped", "ref.flipped")
 
 
 def safe_rel(path: str) -> PurePosixPath:
-    """A relative path that stays inside its folder (no ``..``, absolute, NUL or control)."""
-    p = PurePosixPath(path)
-    if (p.is_absolute() or ".." in p.parts or "\\" in path or not p.parts
-            or any(ord(c) < 0x20 or c == "\x7f" for c in path)):
-        raise CorruptMirror(f"refusing unsafe path inside a model tree: {path!r}")
-    return p
+    """A relative path that stays inside its folder: :func:`specbundle.ids.check_rel_path`."""
+    try:
+        return PurePosixPath(ids.check_rel_path(path))
+    except ValueError:
+        raise CorruptMirror(f"refusing unsafe path inside a model tree: {path!r}") from None
 
 
 def check_commit(commit: str) -> str:
-    """A commit id safe to use as a folder name (40/64 lowercase hex)."""
-    if not _COMMIT_RE.match(commit):
-        raise CorruptMirror(f"not a commit id: {str(commit)[:80]!r}")
-    return commit
+    """A commit id safe to use as a folder name: :func:`specbundle.ids.check_commit`."""
+    try:
+        return ids.check_commit(commit)
+    except ValueError:
+        raise CorruptMirror(f"not a commit id: {str(commit)[:80]!r}") from None
 
 
 def selection_id(files: Iterable[FileEntry]) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from specbundle import ids
 from specbundle.errors import VerificationError
 
 __all__ = [
@@ -80,12 +81,11 @@ def dumps(doc: dict[str, Any]) -> bytes:
 
 
 def safe_rel(path: str, what: str) -> str:
-    """A relative POSIX path with no ``..``, no absolute root, no backslash or NUL."""
-    p = PurePosixPath(path)
-    if not path or p.is_absolute() or ".." in p.parts or "\\" in path or "\x00" in path \
-            or p.as_posix() != path:
-        raise VerificationError(f"{what} names an unsafe path {path!r}")
-    return path
+    """A relative POSIX path inside a tree: :func:`specbundle.ids.check_rel_path`."""
+    try:
+        return ids.check_rel_path(path)
+    except ValueError:
+        raise VerificationError(f"{what} names an unsafe path {path!r}") from None
 
 
 @dataclass(frozen=True)
