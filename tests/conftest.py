@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,14 @@ import pytest
 
 from tests._engine import llama_server_bin  # noqa: F401 - shared engine fixture
 from tests._vllm import vllm_bin  # noqa: F401 - shared vLLM fixture
+
+# A suite started in the background by a non-interactive shell (``cmd &``, nohup, some CI
+# runners) inherits SIGINT as *ignored*, and so would every child it starts: the tests that
+# press Ctrl-C on a pull or a container run would then test nothing. An ignored disposition
+# survives exec, a handler does not, so installing Python's own handler here gives every
+# child the default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _SCRUB = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", "SPECBUNDLE_MIRROR",
           "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
