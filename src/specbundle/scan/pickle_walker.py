@@ -356,7 +356,10 @@ def _run(st: _State, buf: _Buffer) -> tuple[bool, object]:
                 if end > n:
                     n = buf.need(end)
                     data = buf.data
-                stack.append(str(data[p + 1:end], "utf-8", "surrogatepass"))
+                try:  # strict UTF-8 is a subset of surrogatepass, and 4x cheaper to call
+                    stack.append(data[p + 1:end].decode())
+                except UnicodeDecodeError:
+                    stack.append(str(data[p + 1:end], "utf-8", "surrogatepass"))
                 p = end
             elif code == 0x94:  # MEMOIZE
                 memo[len(memo)] = (stack[-1] if len(stack) > fence
