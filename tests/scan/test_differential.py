@@ -169,10 +169,11 @@ def _reference_walk(data: bytes) -> tuple[object, ...]:
     """The walker's semantics one opcode at a time: ``fast_ops`` into ``_step``."""
     import io
 
-    from specbundle.scan import pickle_walker as pw
+    from specbundle.scan import pickle_semantics as pw
     from specbundle.scan.pickle_ops import fast_ops
+    from specbundle.scan.pickle_walker import TORCH_ALLOWED
 
-    st = pw._State(pw.TORCH_ALLOWED)
+    st = pw._State(TORCH_ALLOWED)
     complete, root, broken = False, None, False
     try:
         for op, arg, pos in fast_ops(io.BytesIO(data), 1 << 20):

@@ -1,23 +1,33 @@
 """Walk a pickle's opcodes symbolically, without unpickling, and collect what it would call.
 
-Hand-written on top of :func:`pickletools.genops` because no maintained library implements an
-*allow-list* walk that resolves ``STACK_GLOBAL`` operands through the memo (picklescan and
-modelscan are deny-lists; fickling is LGPL and reads whole files). The walker keeps a tiny
-symbolic stack (strings, ints, globals, tuples, opaque values) so that every callable a
-``REDUCE``/``NEWOBJ``/``OBJ``/``INST`` would invoke is known by name; anything it cannot resolve,
-an unknown opcode or a broken stream is reported, never guessed.
+Hand-written (with pickletools' opcode table and argument readers) because no maintained
+library implements an *allow-list* walk that resolves ``STACK_GLOBAL`` operands through the
+memo (picklescan and modelscan are deny-lists; fickling is LGPL and reads whole files). The
+walker keeps a tiny symbolic stack (strings, ints, globals, tuples, opaque values) so that
+every callable a ``REDUCE``/``NEWOBJ``/``OBJ``/``INST`` would invoke is known by name;
+anything it cannot resolve, an unknown opcode or a broken stream is reported, never guessed.
+This module is the fast walk and its limits; the one-opcode semantics it inlines are
+:mod:`specbundle.scan.pickle_semantics`.
 """
 
 from __future__ import annotations
 
 import io
-import pickle
-import pickletools
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO
 
 from specbundle.scan.pickle_ops import _I4, _OPS, _U4, BudgetExceeded, _Buffer, decode_arg, fast_ops
+from specbundle.scan.pickle_semantics import (
+    _MAX_PROBLEMS,
+    _OPAQUE,
+    PickleProblem,
+    _Global,
+    _State,
+    _step,
+    _TooManyProblems,
+    _top_at,
+)
 
 __all__ = [
     "NUMPY_ALLOWED",
@@ -67,47 +77,16 @@ NUMPY_ALLOWED: frozenset[str] = frozenset(
      "numpy.ndarray", "numpy.dtype"}
 )
 
-_STRING_OPS = frozenset({"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE",
-                         "SHORT_BINUNICODE", "BINUNICODE8"})
-_INT_OPS = frozenset({"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4"})
-_PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
-_GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
 # Opcode bytes the hot loop of _run applies inline: one opaque push (BINFLOAT with its 8
 # bytes), and the pops to the newest mark.
 _PUSH_OPAQUE_CODES = frozenset(b"N\x88\x89]}\x8fG")
 _MARK_POP_CODES = frozenset(b"ue\x90ld\x91")
-_FORBIDDEN_OPS = frozenset({"EXT1", "EXT2", "EXT4", "NEXT_BUFFER", "READONLY_BUFFER"})
-# Every opcode of protocols 0-5 as of CPython 3.11; a newer one is "unknown" and blocked.
-_KNOWN_OPS = frozenset(op.name for op in pickletools.opcodes)
+_MEMO_CODES = frozenset(b"qhrj")
 # Far above real checkpoints (a state dict's stack stays shallow; its memo grows with the
 # number of tensors), low enough that a hostile stream cannot exhaust the scanner's memory.
 _MAX_STACK = 1_000_000
 _MAX_MEMO = 4_000_000
 _MAX_OPS = 16_000_000  # ~50 MB of small opcodes, seconds to walk; beyond: too large to analyse
-
-
-class _Opaque:
-    """A stack value the walker does not model."""
-
-
-_OPAQUE = _Opaque()
-
-
-@dataclass(frozen=True)
-class _Global:
-    name: str
-
-
-Item = object  # str | int | _Global | tuple[Item, ...] | _Opaque | _Mark
-
-
-@dataclass(frozen=True)
-class PickleProblem:
-    """Something in the stream that blocks it: check id, message, byte position."""
-
-    check_id: str
-    message: str
-    pos: int
 
 
 @dataclass(frozen=True)
@@ -126,193 +105,6 @@ class PickleWalk:
         """Whether anything in this stream blocks it."""
         return bool(self.problems)
 
-
-class _TooManyProblems(Exception):
-    pass
-
-
-_MAX_PROBLEMS = 32  # one stream is blocked by its first problem; the rest is evidence
-
-
-@dataclass
-class _State:
-    allowed: frozenset[str]
-    stack: list[Item] = field(default_factory=list)
-    # MARK positions kept beside the stack, as both CPython unpicklers do: a pop below the
-    # newest mark is an underflow, and a mark pop is one slice, not a loop
-    marks: list[int] = field(default_factory=list)
-    memo: dict[int, Item] = field(default_factory=dict)
-    globals: list[tuple[str, int]] = field(default_factory=list)
-    problems: list[PickleProblem] = field(default_factory=list)
-    pids: list[tuple[object, ...]] = field(default_factory=list)
-    pos: int = 0
-
-    def problem(self, check_id: str, message: str) -> None:
-        if len(self.problems) >= _MAX_PROBLEMS:
-            raise _TooManyProblems
-        self.problems.append(PickleProblem(check_id, message, self.pos))
-
-    def fence(self) -> int:
-        return self.marks[-1] if self.marks else 0
-
-    def pop(self) -> Item:
-        if len(self.stack) <= self.fence():
-            self.problem("pickle.malformed", "stack underflow")
-            return _OPAQUE
-        return self.stack.pop()
-
-    def pop_mark(self) -> list[Item]:
-        if not self.marks:
-            self.problem("pickle.malformed", "no MARK on the stack")
-            items = self.stack[:]
-            self.stack.clear()
-            return items
-        m = self.marks.pop()
-        items = self.stack[m:]
-        del self.stack[m:]
-        return items
-
-    def container(self, opname: str) -> None:
-        """The object an APPEND/SETITEM-family opcode mutates: present, and not a global."""
-        if len(self.stack) <= self.fence():
-            self.problem("pickle.malformed", f"{opname} without a container")
-        elif isinstance(self.stack[-1], _Global):
-            self.problem("pickle.opcode-not-allowed",
-                         f"{opname} on a global (calls a module object's methods)")
-
-    def add_global(self, name: str) -> _Global:
-        self.globals.append((name, self.pos))
-        if name not in self.allowed:
-            self.problem("pickle.global-not-allowed", f"global {name} is not on the allow-list")
-        return _Global(name)
-
-    def require_callable(self, item: Item, opname: str) -> None:
-        if not isinstance(item, _Global):
-            self.problem("pickle.unresolved-call", f"{opname} on a callable that is not a global")
-
-
-def _int(arg: object) -> int:
-    return arg if isinstance(arg, int) else -1
-
-
-def _top(st: _State, opname: str) -> Item:
-    """The stack's top above the newest mark (what MEMOIZE/PUT/DUP read)."""
-    if len(st.stack) <= st.fence():
-        st.problem("pickle.malformed", f"{opname} on an empty stack")
-        return _OPAQUE
-    return st.stack[-1]
-
-
-def _top_at(st: _State, pos: int, opname: str) -> Item:
-    st.pos = pos
-    return _top(st, opname)
-
-
-def _step(st: _State, op: pickletools.OpcodeInfo, arg: object) -> None:
-    """Every opcode's effect: the reference semantics the hot loop of :func:`_run` inlines."""
-    name = op.name
-    if name not in _KNOWN_OPS:
-        st.problem("pickle.unknown-opcode", f"opcode {name} is not known to the walker")
-        return
-    if name in _FORBIDDEN_OPS:
-        st.problem("pickle.opcode-not-allowed", f"opcode {name} is never used by checkpoints")
-    if name in _STRING_OPS:
-        st.stack.append(arg if isinstance(arg, str) else _OPAQUE)
-    elif name in _INT_OPS:
-        st.stack.append(arg if isinstance(arg, int) else _OPAQUE)
-    elif name in _PUT_OPS or name == "MEMOIZE":
-        idx = len(st.memo) if name == "MEMOIZE" else _int(arg)
-        st.memo[idx] = _top(st, name)
-    elif name in _GET_OPS:
-        if _int(arg) not in st.memo:
-            st.problem("pickle.malformed", f"memo key {arg} read before it was written")
-        st.stack.append(st.memo.get(_int(arg), _OPAQUE))
-    elif name in ("GLOBAL", "INST"):
-        module, _, attr = str(arg).partition(" ")
-        g = st.add_global(f"{module}.{attr}")
-        if name == "INST":
-            st.pop_mark()
-            st.stack.append(_OPAQUE)
-        else:
-            st.stack.append(g)
-    elif name == "STACK_GLOBAL":
-        name_item, mod_item = st.pop(), st.pop()
-        if isinstance(mod_item, str) and isinstance(name_item, str):
-            st.stack.append(st.add_global(f"{mod_item}.{name_item}"))
-        else:
-            st.problem("pickle.unresolved-global", "STACK_GLOBAL operands are not constants")
-            st.stack.append(_OPAQUE)
-    elif name == "PROTO":
-        if _int(arg) > pickle.HIGHEST_PROTOCOL:
-            st.problem("pickle.malformed", f"unsupported pickle protocol {arg}")
-    else:
-        _step_structural(st, op, arg)
-
-
-def _step_structural(st: _State, op: pickletools.OpcodeInfo, arg: object) -> None:
-    name = op.name
-    if name in ("TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "EMPTY_TUPLE"):
-        n = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3, "EMPTY_TUPLE": 0}.get(name)
-        items = st.pop_mark() if n is None else list(reversed([st.pop() for _ in range(n)]))
-        st.stack.append(tuple(items))
-    elif name in ("APPENDS", "SETITEMS", "ADDITEMS"):
-        st.pop_mark()
-        st.container(name)
-    elif name in ("APPEND", "SETITEM"):
-        for _ in range(1 if name == "APPEND" else 2):
-            st.pop()
-        st.container(name)
-    elif name in ("LIST", "DICT", "FROZENSET"):
-        st.pop_mark()
-        st.stack.append(_OPAQUE)
-    elif name == "MARK":
-        st.marks.append(len(st.stack))
-    elif name == "REDUCE":
-        st.pop()
-        st.require_callable(st.pop(), name)
-        st.stack.append(_OPAQUE)
-    elif name in ("NEWOBJ", "NEWOBJ_EX"):
-        if name == "NEWOBJ_EX":
-            st.pop()
-        st.pop()
-        st.require_callable(st.pop(), name)
-        st.stack.append(_OPAQUE)
-    elif name == "OBJ":
-        items = st.pop_mark()
-        st.require_callable(items[0] if items else _OPAQUE, name)
-        st.stack.append(_OPAQUE)
-    elif name == "BINPERSID":
-        pid = st.pop()
-        st.pids.append(pid if isinstance(pid, tuple) else (pid,))
-        st.stack.append(_OPAQUE)
-    elif name == "PERSID":
-        st.pids.append((arg,))
-        st.stack.append(_OPAQUE)
-    elif name == "BUILD":
-        st.pop()
-        if len(st.stack) > st.fence() and isinstance(st.stack[-1], _Global):
-            st.problem("pickle.opcode-not-allowed", "BUILD on a global (mutates a module object)")
-    elif name == "DUP":
-        st.stack.append(_top(st, name))
-    elif name == "POP_MARK":
-        st.pop_mark()
-    else:
-        _generic(st, op)
-
-
-def _generic(st: _State, op: pickletools.OpcodeInfo) -> None:
-    """Apply an opcode's declared stack effect with opaque values."""
-    before = list(op.stack_before)
-    if pickletools.markobject in before:
-        below = before.index(pickletools.markobject)
-        st.pop_mark()
-        for _ in range(below):
-            st.pop()
-    else:
-        for _ in before:
-            st.pop()
-    for _kind in op.stack_after:
-        st.stack.append(_OPAQUE)
 
 
 def _limits(st: _State, count: int) -> bool:
@@ -389,27 +181,20 @@ def _run(st: _State, buf: _Buffer) -> tuple[bool, object]:
                         st.container(_OPS[code].name)
                 else:
                     stack.append(opaque)
-            elif code == 0x71 or code == 0x68:  # BINPUT / BINGET
-                idx = data[p]
-                p += 1
-                if code == 0x71:
+            elif code in _MEMO_CODES:  # BINPUT BINGET (1-byte index), LONG_ (4-byte)
+                if code == 0x71 or code == 0x68:
+                    idx, p = data[p], p + 1
+                    at = base + p - 2
+                else:
+                    idx, p = u4(data, p)[0], p + 4
+                    at = base + p - 5
+                if code == 0x71 or code == 0x72:
                     memo[idx] = (stack[-1] if len(stack) > fence
-                                 else _top_at(st, base + p - 2, "BINPUT"))
+                                 else _top_at(st, at, _OPS[code].name))
                 elif idx in memo:
                     stack.append(memo[idx])
                 else:
-                    st.pos = base + p - 2
-                    _step(st, _OPS[code], idx)
-            elif code == 0x72 or code == 0x6A:  # LONG_BINPUT / LONG_BINGET
-                idx = u4(data, p)[0]
-                p += 4
-                if code == 0x72:
-                    memo[idx] = (stack[-1] if len(stack) > fence
-                                 else _top_at(st, base + p - 5, "LONG_BINPUT"))
-                elif idx in memo:
-                    stack.append(memo[idx])
-                else:
-                    st.pos = base + p - 5
+                    st.pos = at
                     _step(st, _OPS[code], idx)
             elif code == 0x95:  # FRAME
                 p += 8
