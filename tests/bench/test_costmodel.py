@@ -95,3 +95,26 @@ def test_prediction_interval_and_reconciliation() -> None:
     adv = cm.advise(0.9, 8, 0.1, 3.0, 8)
     assert adv.break_even_v == pytest.approx(cm.expected_tokens(0.9, 8) - 0.8)
     assert math.isfinite(adv.break_even_c) and adv.largest_paying_k >= adv.best_k
+
+
+def test_prefill_share_dilutes_the_decode_prediction_end_to_end() -> None:
+    """Amdahl: a request's prefill and first token are not sped up by speculation."""
+    assert cm.end_to_end(3.0, 0.0) == 3.0
+    assert cm.end_to_end(3.0, 1.0) == pytest.approx(1.0)
+    assert cm.end_to_end(2.76, 0.12) == pytest.approx(1 / (0.12 + 0.88 / 2.76))
+    assert cm.end_to_end(0.5, 0.5) == pytest.approx(1 / (0.5 + 1.0))  # a loss is diluted too
+    assert cm.end_to_end(math.inf, 0.25) == pytest.approx(4.0)
+    pred = cm.predict(1.0, 6.75, cm.Interval(0.07, 0.06, 0.08), cm.Interval(2.36, 2.2, 2.5))
+    m = cm.reconcile(pred, cm.Interval(2.24, 2.05, 2.45), prefill_share=0.12)
+    assert m.extended_decode == pred.extended and m.prefill_share == 0.12
+    assert m.extended.low < m.extended.value < m.extended.high < pred.extended.value
+    assert m.agrees is True and m.extended_error is not None and m.extended_error < 0.05
+    # without the prefill term the decode-phase form overshoots this measurement
+    assert cm.reconcile(pred, cm.Interval(2.24, 2.05, 2.45)).agrees is False
+    assert cm.reconcile(pred, None, prefill_share=float("nan")).prefill_share == 0.0
+    # a slower first token in the speculative arm (the draft's prefill) is charged to it
+    slow = cm.reconcile(pred, cm.Interval(2.0, 1.9, 2.1), prefill_share=0.12,
+                        spec_prefill_share=0.2)
+    assert slow.spec_prefill_share == 0.2
+    assert slow.extended.value == pytest.approx(1 / (0.2 + 0.88 / pred.extended.value))
+    assert cm.end_to_end(0.0, 0.1) == 0.0 and cm.end_to_end(2.0, 0.0, 0.0) == 2.0

@@ -2,7 +2,8 @@
 
 On CPU the target is compute-bound: verifying 9 tokens costs several decode steps, so the
 paper's form (v = 1) overestimates the good pair's speed-up several-fold while the extended
-model, fed the measured v, lands within its interval of the measured ratio. A draft that is
+model, fed the measured v and the share of each request speculation does not speed up (the
+prefill), lands within its interval of the measured ratio. A draft that is
 the target itself is explained as c ≈ 1; the good pair at concurrency 1 as a win.
 """
 
@@ -48,12 +49,14 @@ def test_verification_dominates_and_the_extended_model_explains_it(
     where = (f"measured {m.measured:.2f} [{m.measured_low:.2f}, {m.measured_high:.2f}] "
              f"vs extended [{m.extended.low:.2f}, {m.extended.high:.2f}], paper {m.paper:.2f}")
     assert m.paper > 1.5 * m.measured, where  # the paper's form is far off
-    # The extended model explains most of the paper's error. It does not yet explain all of
-    # it: with c measured tightly, about 0.8 decode steps per draft/verify cycle stay
-    # unaccounted for on this CPU (issue 16 is open for that), so interval agreement
-    # (`m.agrees`) is reported, not required.
+    # The model predicts the decode phase; on these 32-token outputs the prefill and first
+    # token are about a tenth of each request and speculation leaves them as they are. With
+    # that share the extended model meets the measured ratio's interval (without it, it
+    # overshot by 17-56 %: the gap issue 16 asked to explain).
+    assert m.extended_decode is not None and 0.03 < m.prefill_share < 0.5, m.prefill_share
+    assert m.extended.value < m.extended_decode.value
+    assert m.agrees, where
     assert m.extended_error < m.paper_error / 3, where
-    assert m.extended_error < 0.75, where
     assert lv.advice is not None and lv.advice.break_even_v > 1.0
 
 

@@ -22,17 +22,22 @@ SNAPSHOTS = Path(__file__).parent / "data" / "verdict_snapshots.json"
 
 
 def fig(conc: int, ratio: float, lo: float, hi: float, a: float, c: float, g: float,
-        v: float | None, **kw: Any) -> Figures:
-    """Figures as the analysis computes them from α, c, g, v (±5 %) and the measured ratio."""
+        v: float | None, *, prefill: float = 0.0, **kw: Any) -> Figures:
+    """Figures as the analysis computes them from α, c, g, v (±5 %) and the measured ratio.
+
+    ``prefill``: the share of each baseline request before its first token (end-to-end model).
+    """
     d: dict[str, Any] = {"concurrency": conc, "ratio": ratio, "ratio_low": lo,
                          "ratio_high": hi, "alpha": a, "c": c, "g": g}
     if v is not None:
         vi = cm.Interval(v, v * 0.95, v * 1.05)
         p = cm.predict(a, g, cm.Interval(c, c, c), vi)
         adv = cm.advise(a, g, c, v, 8)
-        m = cm.reconcile(p, cm.Interval(ratio, lo, hi))
-        d.update(v=v, v_low=vi.low, v_high=vi.high, paper=p.paper, extended=p.extended.value,
-                 extended_low=p.extended.low, extended_high=p.extended.high, agrees=m.agrees,
+        m = cm.reconcile(p, cm.Interval(ratio, lo, hi), prefill_share=prefill)
+        d.update(v=v, v_low=vi.low, v_high=vi.high, paper=p.paper, extended=m.extended.value,
+                 extended_low=m.extended.low, extended_high=m.extended.high, agrees=m.agrees,
+                 prefill_share=m.prefill_share,
+                 extended_decode=m.extended_decode.value if m.extended_decode else None,
                  break_even_c=adv.break_even_c, break_even_v=adv.break_even_v, k_configured=8,
                  largest_paying_k=adv.largest_paying_k, best_k=adv.best_k,
                  best_k_improvement=adv.best_k_improvement)
@@ -52,6 +57,9 @@ CASES: dict[str, Figures] = {
     "queueing": fig(8, 0.8, 0.7, 0.9, 0.9, 0.1, 8, 1.5, kv_drop=0.0, slots_cover=False),
     "inconclusive": fig(1, 1.1, 0.8, 1.5, 0.9, 0.1, 8, 3.0, rounds_needed=14),
     "win": fig(1, 1.62, 1.41, 1.86, 0.93, 0.11, 8, 3.4, **CLEAR),
+    # short outputs: the prefill and first token (12 % of a request) dilute the decode win
+    "win_short_outputs": fig(1, 2.24, 2.05, 2.45, 1.0, 0.07, 6.75, 2.36, prefill=0.12,
+                             **CLEAR),
     "shorter_draft_pays": fig(4, 1.05, 0.98, 1.12, 0.8, 0.05, 8, 6.0, **CLEAR),
     "model_mismatch": fig(4, 0.62, 0.58, 0.66, 0.93, 0.11, 8, 2.0, **CLEAR),
     "invalid": Figures(concurrency=1, ratio=1.2, ratio_low=1.1, ratio_high=1.3,

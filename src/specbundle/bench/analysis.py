@@ -156,8 +156,22 @@ def _c_interval(raw: RawRun, c: int, point: float, confidence: float,
     return costmodel.Interval(point, point, point)
 
 
+def _prefill_shares(base: ArmLevel, spec: ArmLevel) -> tuple[float, float | None]:
+    """Each arm's mean time to first token over the baseline's mean request latency.
+
+    Means, not medians: the throughput ratio the model is held against is total tokens
+    over total time, so a slow first token counts by its duration.
+    """
+    if base.ttft_ms is None or base.e2el_ms is None or base.e2el_ms.mean <= 0:
+        return 0.0, None
+    lat = base.e2el_ms.mean
+    return (min(max(base.ttft_ms.mean / lat, 0.0), 1.0),
+            max(spec.ttft_ms.mean / lat, 0.0) if spec.ttft_ms is not None else None)
+
+
 def _cost_model(raw: RawRun, c: int, acc: Acceptance, c_meas: float | None,
-                c_ci: stats.RatioCI | None, ratio: stats.RatioCI | None, confidence: float
+                c_ci: stats.RatioCI | None, ratio: stats.RatioCI | None, confidence: float,
+                base: ArmLevel, spec: ArmLevel
                 ) -> tuple[VerifyCost | None, str, costmodel.ModelCheck | None,
                            costmodel.Advice | None]:
     """v at this level, the extended model beside the measured ratio, and its advice."""
@@ -170,7 +184,8 @@ def _cost_model(raw: RawRun, c: int, acc: Acceptance, c_meas: float | None,
     v = costmodel.Interval(*(costmodel.v_at(x, vc.g, g) for x in (vc.v, vc.low, vc.high)))
     pred = costmodel.predict(alpha, g, _c_interval(raw, c, c_meas, confidence, c_ci), v)
     meas = costmodel.Interval(ratio.ratio, ratio.low, ratio.high) if ratio else None
-    return (vc, note, costmodel.reconcile(pred, meas),
+    p, q = _prefill_shares(base, spec)
+    return (vc, note, costmodel.reconcile(pred, meas, prefill_share=p, spec_prefill_share=q),
             costmodel.advise(alpha, g, c_meas, v.value, vc.g))
 
 
@@ -204,7 +219,8 @@ def analyse_levels(raw: RawRun, inp: AnalysisInputs) -> tuple[LevelResult, ...]:
         pred = stats.predicted_improvement(alpha, g, c_meas) \
             if alpha is not None and g and c_meas is not None else None
         b_d, s_d = raw.base.deltas.get(c, []), raw.spec.deltas.get(c, [])
-        vc, v_note, model, advice = _cost_model(raw, c, acc, c_meas, c_ci, ratio, inp.confidence)
+        vc, v_note, model, advice = _cost_model(raw, c, acc, c_meas, c_ci, ratio, inp.confidence,
+                                                 base, spec)
         out.append(LevelResult(
             concurrency=c, base=base, spec=spec, draft=draft, ratio=ratio, ratio_bootstrap=boot,
             rounds_needed=needed, acceptance=acc, c_measured=c_meas, c_black_box=c_bb,

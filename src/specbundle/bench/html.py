@@ -152,16 +152,18 @@ def _models(levels: Sequence[LevelResult]) -> str:
 
 def _cost_table(levels: Sequence[LevelResult]) -> str:
     """Per level: v with its interval, both predictions, the measured ratio, the advice."""
-    head = ("concurrency", "v", "v low", "v high", "g", "paper", "extended", "ext low",
-            "ext high", "measured", "agrees", "largest paying K", "break-even c",
-            "break-even v")
+    head = ("concurrency", "v", "v low", "v high", "g", "paper", "extended (decode)",
+            "prefill share", "extended", "ext low", "ext high", "measured", "agrees",
+            "largest paying K", "break-even c", "break-even v")
     body = ""
     for lv in levels:
         vc, m, a = lv.verify_cost, lv.model, lv.advice
         cells = (lv.concurrency, _fmt(m.v.value if m else vc.v if vc else None),
                  _fmt(m.v.low if m else vc.low if vc else None),
                  _fmt(m.v.high if m else vc.high if vc else None), _fmt(m.g if m else None),
-                 _fmt(m.paper if m else None), _fmt(m.extended.value if m else None),
+                 _fmt(m.paper if m else None),
+                 _fmt(m.extended_decode.value if m and m.extended_decode else None),
+                 _fmt(m.prefill_share if m else None), _fmt(m.extended.value if m else None),
                  _fmt(m.extended.low if m else None), _fmt(m.extended.high if m else None),
                  _fmt(m.measured if m else None), _fmt(m.agrees if m else None),
                  _fmt(a.largest_paying_k if a else None), _fmt(a.break_even_c if a else None),

@@ -26,6 +26,7 @@ Outcome = Literal["wins", "loses", "inconclusive", "invalid", "unmeasured", "adm
 _C_LIKE_TARGET = 0.8  # a draft this dear is "as costly as the target" (c ≈ 1)
 _V_DOMINATES = 1.3  # verification costing this many decode steps is worth naming
 _KV_DROP = 0.05  # a KV capacity loss worth naming as a cause
+_PREFILL_MATTERS = 0.05  # an unsped share of each request worth naming beside the prediction
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,10 @@ class Figures:
     extended_low: float | None = None
     extended_high: float | None = None
     agrees: bool | None = None
+    # the share of a baseline request before its first token, which speculation leaves as is,
+    # and the decode-phase prediction before that share dilutes it (costmodel.end_to_end)
+    prefill_share: float | None = None
+    extended_decode: float | None = None
     break_even_c: float | None = None
     break_even_v: float | None = None
     k_configured: int | None = None
@@ -173,8 +178,17 @@ def _why_win(f: Figures) -> str | None:
                 "verification cost unmeasured" + (f" ({f.v_note})" if f.v_note else ""))
     return (f"acceptance {f.alpha:.2f}, a draft costing c {f.c:.2f} and verification at "
             f"{f.v:.1f} decode steps predict {_x(f.extended)} ({f.extended_low:.2f}–"
-            f"{f.extended_high:.2f}); the paper's form, which charges verification one step, "
-            f"predicts {_x(f.paper or 0.0)}")
+            f"{f.extended_high:.2f}){_diluted(f)}; the paper's form, which charges verification "
+            f"one step, predicts {_x(f.paper or 0.0)}")
+
+
+def _diluted(f: Figures) -> str:
+    """How much the unsped prefill takes off the decode-phase prediction, when it matters."""
+    p, d = f.prefill_share, f.extended_decode
+    if p is None or d is None or p < _PREFILL_MATTERS:
+        return ""
+    return (f" end to end: {_x(d)} while decoding, but the prefill and first token, "
+            f"{p:.0%} of each baseline request, are not sped up")
 
 
 def _other_causes(f: Figures) -> tuple[list[str], list[str]]:
@@ -279,6 +293,8 @@ def figures_of(report: BenchReport, lv: LevelResult) -> Figures:
         paper=m.paper if m else lv.predicted_improvement,
         extended=m.extended.value if m else None, extended_low=m.extended.low if m else None,
         extended_high=m.extended.high if m else None, agrees=m.agrees if m else None,
+        prefill_share=m.prefill_share if m else None,
+        extended_decode=m.extended_decode.value if m and m.extended_decode else None,
         break_even_c=adv.break_even_c if adv else None,
         break_even_v=adv.break_even_v if adv else None,
         k_configured=adv.k_configured if adv else None,
