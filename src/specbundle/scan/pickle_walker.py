@@ -130,9 +130,10 @@ def _run(st: _State, buf: _Buffer) -> tuple[bool, object]:
     n = len(data)
     i4, u4 = _I4.unpack_from, _U4.unpack_from
     opaque, mark_pop = _OPAQUE, _MARK_POP_CODES
+    push = stack.append  # bound once: the stack list is never replaced during a walk
     try:
         while True:
-            if p + 9 > n:  # every inline opcode's fixed part fits in 9 bytes
+            if p + 9 > n:  # every inline opcode's fixed part fits in 9 bytes: slide the window
                 n = buf.slide(p, p + 9)
                 data, base, p = buf.data, buf.base, 0
                 st.pos = base
@@ -140,79 +141,89 @@ def _run(st: _State, buf: _Buffer) -> tuple[bool, object]:
                     return False, None
                 if n == 0:
                     buf.need(1)  # raises: the budget's error or the stream's end
-            code = data[p]  # the opcode's position is p - 1 from here on
-            p += 1
-            count += 1
-            if code == 0x8C:  # SHORT_BINUNICODE
-                end = p + 1 + data[p]
-                if end > n:
-                    n = buf.need(end)
-                    data = buf.data
-                try:  # strict UTF-8 is a subset of surrogatepass, and 4x cheaper to call
-                    stack.append(data[p + 1:end].decode())
-                except UnicodeDecodeError:
-                    stack.append(str(data[p + 1:end], "utf-8", "surrogatepass"))
-                p = end
-            elif code == 0x94:  # MEMOIZE
-                memo[len(memo)] = (stack[-1] if len(stack) > fence
-                                   else _top_at(st, base + p - 1, "MEMOIZE"))
-            elif code == 0x4B:  # BININT1
-                stack.append(data[p])
+            # the inner loop runs while every inline opcode's fixed part fits the window; at
+            # the stream's end (fewer than 9 bytes left) one opcode per turn of the outer loop
+            lim = n - 9 if p + 9 <= n else p
+            while p <= lim:
+                code = data[p]  # the opcode's position is p - 1 from here on
                 p += 1
-            elif code == 0x4A:  # BININT
-                stack.append(i4(data, p)[0])
-                p += 4
-            elif code == 0x4D:  # BININT2
-                stack.append(data[p] | data[p + 1] << 8)
-                p += 2
-            elif code == 0x28:  # MARK
-                fence = len(stack)
-                marks.append(fence)
-            elif code in mark_pop:  # SETITEMS APPENDS ADDITEMS / LIST DICT FROZENSET
-                if not marks:
-                    st.pos = base + p - 1
-                    st.pop_mark()
-                else:
-                    del stack[marks.pop():]
-                fence = marks[-1] if marks else 0
-                if code == 0x75 or code == 0x65 or code == 0x90:
-                    if len(stack) <= fence or type(stack[-1]) is _Global:
+                count += 1
+                if code == 0x8C:  # SHORT_BINUNICODE
+                    end = p + 1 + data[p]
+                    if end > n:
+                        n = buf.need(end)
+                        data, lim = buf.data, n - 9
+                    try:  # strict UTF-8 is a subset of surrogatepass, and 4x cheaper to call
+                        s = data[p + 1:end].decode()
+                    except UnicodeDecodeError:
+                        s = str(data[p + 1:end], "utf-8", "surrogatepass")
+                    push(s)
+                    if end < n and data[end] == 0x94:  # MEMOIZE follows nearly every protocol-4
+                        memo[len(memo)] = s  # string: taken here, one loop turn per pair
+                        count += 1
+                        end += 1
+                    p = end
+                elif code == 0x4B:  # BININT1
+                    push(data[p])
+                    p += 1
+                elif code == 0x4A:  # BININT
+                    push(i4(data, p)[0])
+                    p += 4
+                elif code == 0x4D:  # BININT2
+                    push(data[p] | data[p + 1] << 8)
+                    p += 2
+                elif code == 0x94:  # MEMOIZE (after a string: taken with it above)
+                    memo[len(memo)] = (stack[-1] if len(stack) > fence
+                                       else _top_at(st, base + p - 1, "MEMOIZE"))
+                elif code == 0x28:  # MARK
+                    fence = len(stack)
+                    marks.append(fence)
+                elif code in mark_pop:  # SETITEMS APPENDS ADDITEMS / LIST DICT FROZENSET
+                    if not marks:
                         st.pos = base + p - 1
-                        st.container(_OPS[code].name)
+                        st.pop_mark()
+                    else:
+                        del stack[marks.pop():]
+                    fence = marks[-1] if marks else 0
+                    if code == 0x75 or code == 0x65 or code == 0x90:
+                        if len(stack) <= fence or type(stack[-1]) is _Global:
+                            st.pos = base + p - 1
+                            st.container(_OPS[code].name)
+                    else:
+                        push(opaque)
+                elif code in _MEMO_CODES:  # BINPUT BINGET (1-byte index), LONG_ (4-byte)
+                    if code == 0x71 or code == 0x68:
+                        idx, p = data[p], p + 1
+                        at = base + p - 2
+                    else:
+                        idx, p = u4(data, p)[0], p + 4
+                        at = base + p - 5
+                    if code == 0x71 or code == 0x72:
+                        memo[idx] = (stack[-1] if len(stack) > fence
+                                     else _top_at(st, at, _OPS[code].name))
+                    elif idx in memo:
+                        push(memo[idx])
+                    else:
+                        st.pos = at
+                        _step(st, _OPS[code], idx)
+                elif code == 0x95:  # FRAME
+                    p += 8
+                elif code in _PUSH_OPAQUE_CODES:
+                    push(opaque)
+                    p += 8 if code == 0x47 else 0  # BINFLOAT
+                elif code == 0x2E:  # STOP
+                    st.pos = base + p - 1
+                    top = st.pop()
+                    return True, top if isinstance(top, (int, str)) else None
                 else:
-                    stack.append(opaque)
-            elif code in _MEMO_CODES:  # BINPUT BINGET (1-byte index), LONG_ (4-byte)
-                if code == 0x71 or code == 0x68:
-                    idx, p = data[p], p + 1
-                    at = base + p - 2
-                else:
-                    idx, p = u4(data, p)[0], p + 4
-                    at = base + p - 5
-                if code == 0x71 or code == 0x72:
-                    memo[idx] = (stack[-1] if len(stack) > fence
-                                 else _top_at(st, at, _OPS[code].name))
-                elif idx in memo:
-                    stack.append(memo[idx])
-                else:
-                    st.pos = at
-                    _step(st, _OPS[code], idx)
-            elif code == 0x95:  # FRAME
-                p += 8
-            elif code in _PUSH_OPAQUE_CODES:
-                stack.append(opaque)
-                p += 8 if code == 0x47 else 0  # BINFLOAT
-            elif code == 0x2E:  # STOP
-                st.pos = base + p - 1
-                top = st.pop()
-                return True, top if isinstance(top, (int, str)) else None
-            else:
-                st.pos = base + p - 1
-                arg, p = decode_arg(buf, code, p)
-                data, n = buf.data, len(buf.data)
-                _step(st, _OPS[code], arg)
-                fence = marks[-1] if marks else 0
-                if _limits(st, count):
-                    return False, None
+                    st.pos = base + p - 1
+                    arg, p = decode_arg(buf, code, p)
+                    data, n = buf.data, len(buf.data)
+                    lim = n - 9
+                    _step(st, _OPS[code], arg)
+                    fence = marks[-1] if marks else 0
+                    if _limits(st, count):
+                        return False, None
     except _TooManyProblems:
         raise  # st.pos is the position of the problem that overflowed
     except BaseException:
