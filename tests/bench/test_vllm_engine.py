@@ -8,8 +8,8 @@ the baseline command with the draft swapped in, as ``specbundle bench`` does).
 
 What is held: the flag set render emits boots for draft_model, eagle3, eagle, ngram and a
 per-batch-size schedule, and speculates (counters move, greedy output equals the baseline's);
-``specbundle bench --engine vllm`` admits the good pair and rejects the bad one naming
-α ≤ c; the report's acceptance equals the counter deltas exactly and the per-request
+``specbundle bench --engine vllm`` admits the good pair (at P95 concurrency 1) and rejects the
+bad one naming α ≤ c; the report's acceptance equals the counter deltas exactly and the per-request
 figures; the KV ceiling is read from the real capacity labels; specbundle's throughput and
 acceptance agree with ``vllm bench serve`` on the same server and workload.
 """
@@ -44,6 +44,10 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(3600)]
 PRM = ["--per-request-spec-decode-metrics", "summary"]
 #: The draft model costs vLLM 14 % of its KV capacity here (measured); the default gate is 10 %.
 ADMISSION = {"max_concurrency_ceiling_drop": 0.25}
+#: The good pair deploys at P95 concurrency 1, where it wins on this CPU (measured 1.16x, 90 %
+#: CI 1.07-1.25, over 12+12 rounds); at 2 it breaks even (0.99x: verifying 4 tokens costs vLLM
+#: about 2.9 decode steps here), which the sweep reports. The gate asks for a significant win.
+GOOD_ADMISSION = {**ADMISSION, "min_throughput_ratio_lower_bound": 1.0}
 COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
             "vllm:spec_decode_num_accepted_tokens_total")
 
@@ -88,8 +92,9 @@ def box(tmp_path_factory: pytest.TempPathFactory, vllm_bin: Path) -> Box:
     m = make_models(root / "models")
     mirror = Mirror.open(root / "mirror", create=True)
     docs = [
-        vllm_doc("vgood", m.target, m.good.draft_dir, k=3, extra_args=PRM, admission=ADMISSION,
-                 bench={"rounds": 4}),  # servers by URL: more rounds cost no boots
+        vllm_doc("vgood", m.target, m.good.draft_dir, k=3, extra_args=PRM, p95=1,
+                 admission=GOOD_ADMISSION,
+                 bench={"rounds": 4, "max_rounds": 16}),  # servers by URL: rounds cost no boots
         vllm_doc("vbad", m.target, m.bad.draft_dir, k=3, extra_args=PRM, admission=ADMISSION),
         vllm_doc("vhead3", m.target, m.eagle3, method="eagle3", k=3),
         vllm_doc("vhead1", m.target, m.eagle1, method="eagle", k=2),
@@ -194,21 +199,21 @@ def _gate(box: Box, name: str, report: BenchReport) -> Any:
     return evaluate(report, spec.admission)
 
 
-def test_good_pair_passes_every_criterion_but_the_noisy_ratio(
-        box: Box, good: tuple[Benched, str]) -> None:
-    """Every gate criterion passes on the real engine. The throughput ratio is measured (a CI
-    over 4+4 rounds) but not asserted to clear 1.05: on a shared 2-core box it was 0.83,
-    CI [0.40, 1.72], with the three servers pinned to one core (see the report)."""
+def test_good_pair_is_admitted(box: Box, good: tuple[Benched, str]) -> None:
+    """Every gate criterion passes on the real engine, the throughput ratio included: its CI
+    lower bound clears 1 at the P95 concurrency (the bench adds rounds while it straddles)."""
     b, _ = good
     gate = _gate(box, "vgood", b.report)
-    failed = {c.name for c in gate.criteria if not c.passed}
-    assert failed <= {"throughput_ratio"}, gate.reasons
-    ratio = next(c for c in gate.criteria if c.name == "throughput_ratio")
-    assert ratio.measured != "unmeasured"
     lv = b.report.at_p95
-    assert lv is not None and lv.acceptance.alpha is not None and lv.c_measured is not None
+    assert lv is not None and lv.ratio is not None
+    assert gate.admitted, (gate.reasons, lv.ratio, b.report.stopping)
+    ratio = next(c for c in gate.criteria if c.name == "throughput_ratio")
+    assert ratio.passed and lv.ratio.low > 1.0
+    assert lv.acceptance.alpha is not None and lv.c_measured is not None
     assert lv.acceptance.alpha > lv.c_measured
     assert lv.acceptance.acceptance_rate is not None and lv.acceptance.acceptance_rate > 0.8
+    v = b.report.verdict
+    assert v is not None and v.headline.startswith("speculation wins at your P95 concurrency 1")
 
 
 def test_bad_pair_is_rejected_naming_alpha_at_most_c(box: Box, bad: Benched) -> None:
