@@ -15,11 +15,9 @@ besides the baseline. Results go to ``benchmarks/results/vllm.json``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,10 +27,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
-from tests._vllm import find_test_vllm, vllm_env, vllm_server  # noqa: E402
+from tests._vllm import (  # noqa: E402
+    client_throughput,
+    find_test_vllm,
+    vllm_bench_serve,
+    vllm_server,
+)
 from tests._vllm_bundles import PROMPTS, make_models, pull, vllm_doc  # noqa: E402
 
-from specbundle.bench.client import AiohttpTransport, CompletionRequest, run_level  # noqa: E402
 from specbundle.mirror import Mirror  # noqa: E402
 from specbundle.render import render_bundle  # noqa: E402
 
@@ -41,34 +43,15 @@ MAX_TOKENS = 32
 
 def _measure(url: str, model: str, c: int, n: int) -> float:
     """Output tokens/s of the bench client at concurrency ``c`` over ``n`` requests."""
-    reqs = [CompletionRequest(f"r{i}", PROMPTS[i % len(PROMPTS)], MAX_TOKENS, temperature=0.0,
-                              ignore_eos=True) for i in range(n)]
-
-    async def go() -> float:
-        t = AiohttpTransport(limit=c, timeout_s=600)
-        try:
-            run = await run_level(t, url, reqs, c, endpoint="completions", model=model)
-        finally:
-            await t.aclose()
-        return float(run.output_throughput)
-    return asyncio.run(go())
+    return client_throughput(url, model, [PROMPTS[i % len(PROMPTS)] for i in range(n)],
+                             MAX_TOKENS, c)
 
 
 def _vllm_bench(vllm: Path, url: str, model: str, tokenizer: Path, c: int, n: int,
                 tmp: Path) -> float:
-    prompts = tmp / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": PROMPTS[i % len(PROMPTS)]}) + "\n"
-                               for i in range(n)))
-    out = tmp / "ref.json"
-    subprocess.run(
-        [str(vllm), "bench", "serve", "--backend", "vllm", "--base-url", url, "--endpoint",
-         "/v1/completions", "--model", model, "--tokenizer", str(tokenizer), "--dataset-name",
-         "custom", "--dataset-path", str(prompts), "--custom-output-len", str(MAX_TOKENS),
-         "--num-prompts", str(n), "--max-concurrency", str(c), "--ignore-eos", "--temperature",
-         "0", "--skip-chat-template", "--disable-shuffle", "--save-result", "--result-dir",
-         str(tmp), "--result-filename", out.name],
-        check=True, capture_output=True, env={**vllm_env(tmp, vllm), "PATH": "/usr/bin:/bin"})
-    return float(json.loads(out.read_text())["output_throughput"])
+    res = vllm_bench_serve(vllm, url, model, tokenizer,
+                           [PROMPTS[i % len(PROMPTS)] for i in range(n)], MAX_TOKENS, c, tmp)
+    return float(res["output_throughput"])
 
 
 @contextlib.contextmanager

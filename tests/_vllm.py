@@ -10,8 +10,11 @@ address, and compile caches under the test's temporary directory.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
+import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,10 +22,12 @@ from typing import Any
 import httpx
 import pytest
 
+from specbundle.bench.client import AiohttpTransport, CompletionRequest, run_level
 from specbundle.bench.servers import free_port, launch
 from specbundle.render.vllm_oracle import INSTALL_HINT, find_vllm, oracle_env
 
-__all__ = ["VLLM_CPU_ARGS", "find_test_vllm", "vllm_completion", "vllm_env", "vllm_server"]
+__all__ = ["VLLM_CPU_ARGS", "client_throughput", "find_test_vllm", "vllm_bench_serve",
+           "vllm_completion", "vllm_env", "vllm_server"]
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What a CPU boot needs in ``engines.vllm.extra_args`` (torch.compile boots take 2-4x longer
@@ -70,6 +75,47 @@ def vllm_completion(url: str, model: str, prompt: str, *, max_tokens: int = 32,
     r = httpx.post(url + "/v1/completions", json=body, timeout=timeout, trust_env=False)
     r.raise_for_status()
     result: dict[str, Any] = r.json()
+    return result
+
+
+def client_throughput(url: str, model: str, prompts: Sequence[str], max_tokens: int,
+                      concurrency: int) -> float:
+    """specbundle's bench client alone on ``url``: output tokens/s of one closed-loop level."""
+    reqs = [CompletionRequest(f"r{i}", p, max_tokens) for i, p in enumerate(prompts)]
+
+    async def go() -> float:
+        transport = AiohttpTransport(limit=concurrency, timeout_s=600.0)
+        try:
+            run = await run_level(transport, url, reqs, concurrency, endpoint="completions",
+                                  model=model)
+        finally:
+            await transport.aclose()
+        if len(run.ok) != len(reqs):
+            raise RuntimeError(f"{len(reqs) - len(run.ok)} request(s) failed")
+        return float(run.output_throughput)
+
+    return asyncio.run(go())
+
+
+def vllm_bench_serve(vllm: Path, url: str, model: str, tokenizer: Path, prompts: Sequence[str],
+                     max_tokens: int, concurrency: int, tmp: Path) -> dict[str, Any]:
+    """``vllm bench serve`` on the same workload (greedy, fixed length, raw prompts): its JSON.
+
+    Raises ``subprocess.CalledProcessError`` (with vLLM's output) when it fails.
+    """
+    data = tmp / "vllm-bench-prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    out = tmp / "vllm-bench.json"
+    subprocess.run(
+        [str(vllm), "bench", "serve", "--backend", "vllm", "--base-url", url, "--endpoint",
+         "/v1/completions", "--model", model, "--tokenizer", str(tokenizer), "--dataset-name",
+         "custom", "--dataset-path", str(data), "--custom-output-len", str(max_tokens),
+         "--num-prompts", str(len(prompts)), "--max-concurrency", str(concurrency),
+         "--ignore-eos", "--temperature", "0", "--skip-chat-template", "--disable-shuffle",
+         "--save-result", "--result-dir", str(tmp), "--result-filename", out.name],
+        check=True, capture_output=True, text=True, timeout=1800,
+        env={**vllm_env(tmp, vllm), "PATH": "/usr/bin:/bin"})
+    result: dict[str, Any] = json.loads(out.read_text())
     return result
 
 

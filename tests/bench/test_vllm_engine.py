@@ -36,7 +36,14 @@ from specbundle.bench.servers import free_port, launch
 from specbundle.mirror import Mirror
 from specbundle.render import build_serve_command, render_bundle
 from specbundle.spec import parse_spec
-from tests._vllm import BOOT_TIMEOUT_S, vllm_completion, vllm_env, vllm_server
+from tests._vllm import (
+    BOOT_TIMEOUT_S,
+    client_throughput,
+    vllm_bench_serve,
+    vllm_completion,
+    vllm_env,
+    vllm_server,
+)
 from tests._vllm_bundles import PROMPTS, PROMPTS_FILE, VllmModels, make_models, pull, vllm_doc
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -263,26 +270,6 @@ def test_preemptions_from_the_counter(good: tuple[Benched, str]) -> None:
 CROSS_PAIRS = 3
 
 
-def _our_run(url: str, model: str, prompts: list[str], max_tokens: int, c: int) -> float:
-    """specbundle's bench client alone on ``url``: output throughput of one closed-loop level."""
-    import asyncio
-
-    from specbundle.bench.client import AiohttpTransport, CompletionRequest, run_level
-
-    reqs = [CompletionRequest(f"x{i}", p, max_tokens) for i, p in enumerate(prompts)]
-
-    async def go() -> float:
-        transport = AiohttpTransport(limit=c, timeout_s=600.0)
-        try:
-            run = await run_level(transport, url, reqs, c, endpoint="completions", model=model)
-        finally:
-            await transport.aclose()
-        assert len(run.ok) == len(reqs)
-        return run.output_throughput
-
-    return asyncio.run(go())
-
-
 def test_throughput_and_acceptance_match_vllm_bench_serve(box: Box,
                                                           good: tuple[Benched, str]) -> None:
     """Same server, prompts, length, concurrency and greedy sampling for both clients, their
@@ -294,31 +281,22 @@ def test_throughput_and_acceptance_match_vllm_bench_serve(box: Box,
     lv = b.report.at_p95
     assert lv is not None
     c = lv.concurrency
-    prompts = box.root / "prompts.jsonl"
     rows = [json.loads(x) for x in (box.mirror.read_bundle_file("vgood", PROMPTS_FILE) or b"")
             .decode().splitlines()]
     n = b.report.settings.requests_per_level
     texts = [rows[i % len(rows)]["prompt"] for i in range(n)]
-    prompts.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts))
-    out = box.root / "vllm-bench.json"
     max_tokens = b.report.settings.max_tokens
     ours: list[float] = []
     theirs: list[float] = []
     ref: dict[str, Any] = {}
     for _ in range(CROSS_PAIRS):
-        ours.append(_our_run(spec_url, "vgood", texts, max_tokens, c))
-        proc = subprocess.run(
-            [str(box.vllm_bin), "bench", "serve", "--backend", "vllm", "--base-url", spec_url,
-             "--endpoint", "/v1/completions", "--model", "vgood", "--tokenizer",
-             str(box.models.target), "--dataset-name", "custom", "--dataset-path",
-             str(prompts), "--custom-output-len", str(max_tokens), "--num-prompts", str(n),
-             "--max-concurrency", str(c), "--ignore-eos", "--temperature", "0",
-             "--skip-chat-template", "--disable-shuffle", "--save-result", "--result-dir",
-             str(box.root), "--result-filename", out.name],
-            capture_output=True, text=True, timeout=1800, check=False,
-            env={**vllm_env(box.root, box.vllm_bin), "PATH": "/usr/bin:/bin"})
-        assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
-        ref = json.loads(out.read_text())
+        ours.append(client_throughput(spec_url, "vgood", texts, max_tokens, c))
+        try:
+            ref = vllm_bench_serve(box.vllm_bin, spec_url, "vgood", box.models.target, texts,
+                                   max_tokens, c, box.root)
+        except subprocess.CalledProcessError as err:
+            raise AssertionError((err.stdout or "")[-2000:] + (err.stderr or "")[-3000:]) \
+                from None
         theirs.append(float(ref["output_throughput"]))
     ratio = statistics.median(ours) / statistics.median(theirs)
     assert abs(ratio - 1) <= 0.10, (ours, theirs)
