@@ -160,13 +160,13 @@ def _prefill_shares(base: ArmLevel, spec: ArmLevel) -> tuple[float, float | None
     """Each arm's mean time to first token over the baseline's mean request latency.
 
     Means, not medians: the throughput ratio the model is held against is total tokens
-    over total time, so a slow first token counts by its duration.
+    over total time, so a slow first token counts by its duration. The cost model bounds them.
     """
     if base.ttft_ms is None or base.e2el_ms is None or base.e2el_ms.mean <= 0:
         return 0.0, None
     lat = base.e2el_ms.mean
-    return (min(max(base.ttft_ms.mean / lat, 0.0), 1.0),
-            max(spec.ttft_ms.mean / lat, 0.0) if spec.ttft_ms is not None else None)
+    return (base.ttft_ms.mean / lat, spec.ttft_ms.mean / lat if spec.ttft_ms is not None
+            else None)
 
 
 def _cost_model(raw: RawRun, c: int, acc: Acceptance, c_meas: float | None,

@@ -88,8 +88,12 @@ def extended_improvement(alpha: float, g: float, c: float, v: float) -> float:
     return expected_tokens(alpha, g) / den if den > 0 else math.inf
 
 
-def _share(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else max(x, 0.0)
+def _shares(prefill_share: float, spec_prefill_share: float | None) -> tuple[float, float]:
+    """(p, q) made usable: p in [0, 1], q ≥ 0, a missing or non-finite q taken as p."""
+    p = min(max(prefill_share, 0.0), 1.0) if math.isfinite(prefill_share) else 0.0
+    if spec_prefill_share is None or not math.isfinite(spec_prefill_share):
+        return p, p
+    return p, max(spec_prefill_share, 0.0)
 
 
 def end_to_end(decode: float, prefill_share: float,
@@ -100,13 +104,12 @@ def end_to_end(decode: float, prefill_share: float,
     ``spec_prefill_share`` (q): the speculative arm's time to first token over the same
     baseline latency (default p: speculation leaves the prefill as it is).
     """
-    p = min(_share(prefill_share) or 0.0, 1.0)
-    q = _share(spec_prefill_share)
-    q = p if q is None else q
+    p, q = _shares(prefill_share, spec_prefill_share)
     if p == 0.0 and q == 0.0:
         return decode
-    den = q + ((1.0 - p) / decode if decode > 0 and not math.isinf(decode) else
-               (0.0 if decode > 0 else math.inf))
+    if decode <= 0:
+        return 0.0
+    den = q + (1.0 - p) / decode  # an infinite decode speed-up leaves q
     return 1.0 / den if den > 0 else math.inf
 
 
@@ -232,9 +235,7 @@ def reconcile(pred: Prediction, measured: Interval | None, *, prefill_share: flo
     speculative arm's mean TTFT over the same baseline latency (default: the same share).
     """
     m = measured
-    p = min(_share(prefill_share) or 0.0, 1.0)
-    q = _share(spec_prefill_share)
-    q = p if q is None else q
+    p, q = _shares(prefill_share, spec_prefill_share)
     ext = Interval(*(end_to_end(x, p, q) for x in
                      (pred.extended.value, pred.extended.low, pred.extended.high)))
     base = {f.name: getattr(pred, f.name) for f in fields(pred)}
