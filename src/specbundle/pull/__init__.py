@@ -179,12 +179,18 @@ def pull_bundle(
 
 
 def _logged(mirror: Mirror, record: BundleRecord) -> bool:
-    """Whether the log already holds the pull event of this exact record."""
+    """Whether the log already holds the pull event of this exact record.
+
+    The record is matched by its creation time and both artifacts' commits: ``created`` has
+    one-second resolution, and a re-pull within that second (a crash between record and
+    event, then a resume) must not pass for the earlier pull's event.
+    """
+    want = _event_data(record, None)
     for ev in reversed(mirror.read_events()):
         if ev.get("type") == "pull" and ev.get("bundle") == record.name:
             data = ev.get("data") or {}
-            return not isinstance(data, dict) or data.get("created", record.created) \
-                == record.created
+            return not isinstance(data, dict) or all(
+                data.get(k, want[k]) == want[k] for k in ("created", "target", "draft"))
     return False
 
 
