@@ -174,37 +174,58 @@ def _hostile_files(work: Path) -> dict[str, float]:
 
 
 def _hostile_pickle(mb: float, rounds: int = 5) -> dict[str, float]:
-    """The walker and ``genops`` alone on one pickle of small opcodes, interleaved per round.
+    """The walker as installed, its pure-Python loop and ``genops`` alone on one pickle of small
+    opcodes, interleaved per round.
 
-    Both wall and CPU time (``process_time``) are kept: on a shared machine the CPU time is the
-    steadier figure of the two, and the ratio to ``genops`` is taken per round.
+    The installed walker runs its compiled twin when the build made one (``native``); the pure
+    loop is the same walk interpreted, so ``native_speedup`` is the compile's gain measured in
+    the same rounds. CPU time (``process_time``) is the steadier figure on a shared machine, and
+    the ratios are taken per round.
     """
     import io
     import pickle
     import pickletools
     import statistics
 
+    from specbundle.scan import pickle_loop, pickle_walker
     from specbundle.scan.pickle_walker import TORCH_ALLOWED, walk_pickle
 
     n = int(mb * 1e6 / 16)
     data = pickle.dumps({f"k{i:07d}": i for i in range(n)}, protocol=4)
-    walls, cpus, ratios = [], [], []
-    for _ in range(rounds):
+    installed = pickle_walker._LOOP
+
+    def walk(loop: object) -> tuple[float, float]:
+        pickle_walker._LOOP = loop
         t0, c0 = time.perf_counter(), time.process_time()
-        walk = walk_pickle(io.BytesIO(data), TORCH_ALLOWED, max_bytes=1 << 30)
-        walls.append(time.perf_counter() - t0)
-        cpus.append(time.process_time() - c0)
-        assert walk.complete
-        assert not walk.problems
-        c0 = time.process_time()
-        for _ in pickletools.genops(io.BytesIO(data)):
-            pass
-        ratios.append(cpus[-1] / (time.process_time() - c0))
+        res = walk_pickle(io.BytesIO(data), TORCH_ALLOWED, max_bytes=1 << 30)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        assert res.complete
+        assert not res.problems
+        return wall, cpu
+
+    walls, cpus, pures, ratios, speedups = [], [], [], [], []
+    try:
+        for _ in range(rounds):
+            wall, cpu = walk(installed)
+            walls.append(wall)
+            cpus.append(cpu)
+            pures.append(walk(pickle_loop)[1])
+            c0 = time.process_time()
+            for _ in pickletools.genops(io.BytesIO(data)):
+                pass
+            ratios.append(cpu / (time.process_time() - c0))
+            speedups.append(pures[-1] / cpu)
+    finally:
+        pickle_walker._LOOP = installed
     wall, cpu = statistics.median(walls), statistics.median(cpus)
-    return {"pickle_mb": len(data) / 1e6, "walk_s": wall, "mb_s": len(data) / wall / 1e6,
+    return {"pickle_mb": len(data) / 1e6, "native": float(pickle_walker.NATIVE),
+            "walk_s": wall, "mb_s": len(data) / wall / 1e6,
             "walk_cpu_s": cpu, "mb_s_cpu": len(data) / cpu / 1e6,
             "mb_s_cpu_min": len(data) / max(cpus) / 1e6,
             "mb_s_cpu_max": len(data) / min(cpus) / 1e6,
+            "pure_mb_s_cpu": len(data) / statistics.median(pures) / 1e6,
+            "native_speedup": statistics.median(speedups),
+            "native_speedup_min": min(speedups), "native_speedup_max": max(speedups),
             "ratio_vs_genops": statistics.median(ratios), "rounds": rounds}
 
 
@@ -274,6 +295,10 @@ def main() -> None:
         print(f"hostile: pickle walk {p['pickle_mb']:.1f} MB: {p['mb_s']:.1f} MB/s wall, "
               f"{p['mb_s_cpu']:.1f} MB/s CPU (range {lo:.1f}-{hi:.1f} over {p['rounds']} rounds), "
               f"{p['ratio_vs_genops']:.2f}x pickletools.genops' time (target >= 20 MB/s)")
+        build = "compiled twin" if p["native"] else "pure Python (no compiled twin built)"
+        print(f"hostile: pickle walk build: {build}; pure-Python loop {p['pure_mb_s_cpu']:.1f} "
+              f"MB/s CPU, installed/pure speedup {p['native_speedup']:.2f}x "
+              f"({p['native_speedup_min']:.2f}-{p['native_speedup_max']:.2f})")
 
 
 if __name__ == "__main__":

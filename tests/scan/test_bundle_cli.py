@@ -304,3 +304,60 @@ def test_second_opinions_run_without_network(tmp_path: Path) -> None:
     [op] = rep.second_opinions
     assert op.status == "failed"
     assert "second-opinion.failed" in ids(rep)
+
+
+def test_second_opinion_is_not_started_past_its_size_cap(tmp_path: Path) -> None:
+    """A tool whose cost is superlinear gets a blocking "too large to analyse" at once, and is
+    never started on the file (a 10 MB pickle of small opcodes took modelaudit minutes)."""
+    import pickle as _pickle
+
+    marker = tmp_path / "started"
+    code = f"open({str(marker)!r}, 'a').write('x')"
+    tool = Tool("capped", "specbundle", lambda: sys.executable,
+                lambda exe, p: [exe, "-c", code, p],
+                lambda rc, out: Verdict("clean", ""), max_pickle_bytes=4096)
+    check = SecondOpinionCheck()
+    check.tools = (tool,)
+    tree = tmp_path / "m"
+    tree.mkdir()
+    (tree / "big.pkl").write_bytes(_pickle.dumps(list(range(5000)), protocol=4))
+    (tree / "small.pkl").write_bytes(b"\x80\x02}q\x00.")
+    rep = run_checks((walk_tree(tree, "tree"),), subject="t", method=None,
+                     options=ScanOptions(second_opinion_timeout_s=30), checks=(check,))
+    [f] = [f for f in rep.findings if f.check_id == "second-opinion.failed"]
+    assert f.file == "big.pkl" and f.severity is Severity.HIGH and rep.blocked
+    assert "too large to analyse" in f.message and "not run" in f.message
+    assert marker.read_text() == "x"  # started once: on the small file only
+    [op] = rep.second_opinions
+    assert (op.status, op.files) == ("failed", 2)
+
+
+def test_pickle_bytes_of_a_torch_zip_are_its_pickle_members(tmp_path: Path) -> None:
+    from specbundle.scan.second_opinion import pickle_bytes
+    from specbundle.scan.sniff import FileKind
+    from specbundle.scan.zipwalk import walk_zip
+
+    corpus.torch_zip(tmp_path / "pytorch_model.bin")
+    entries = walk_zip(tmp_path / "pytorch_model.bin").entries
+    pkl = sum(e.usize for e in entries if e.name.endswith(".pkl"))
+    assert 0 < pkl < sum(e.usize for e in entries)
+    assert pickle_bytes(tmp_path / "pytorch_model.bin", FileKind.ZIP) == pkl
+    (tmp_path / "broken.bin").write_bytes(b"PK\x03\x04" + b"\x00" * 100)
+    assert pickle_bytes(tmp_path / "broken.bin", FileKind.ZIP) == 104  # unreadable: whole file
+
+
+def test_second_opinions_report_in_a_stable_order(tmp_path: Path) -> None:
+    """Runs share the cores; the findings still come out tool by tool, file by file."""
+    tools = tuple(Tool(f"t{i}", "specbundle", lambda: sys.executable,
+                       lambda exe, p: [exe, "-c", "import sys; sys.exit(3)", p],
+                       lambda rc, out: Verdict("failed", f"rc {rc}")) for i in range(3))
+    check = SecondOpinionCheck()
+    check.tools = tools
+    for i in range(4):
+        (tmp_path / f"f{i}.pkl").write_bytes(b"\x80\x02}q\x00.")
+    from specbundle.scan.interface import CheckContext
+
+    out = check.run(CheckContext(trees=(walk_tree(tmp_path, "tree"),), options=ScanOptions()))
+    assert [s.tool for s in out.second_opinions] == ["t0", "t1", "t2"]
+    got = [(f.message.split(":")[0], f.file) for f in out.findings]
+    assert got == [(f"t{i}", f"f{j}.pkl") for i in range(3) for j in range(4)]

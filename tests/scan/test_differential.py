@@ -191,12 +191,25 @@ def _reference_walk(data: bytes) -> tuple[object, ...]:
     return tuple(st.globals), problems, tuple(st.pids), complete, root, broken
 
 
-def test_walker_hot_loop_agrees_with_its_reference_semantics() -> None:
-    """The inlined opcodes of the walker's hot loop do exactly what ``_step`` does."""
+def _loops() -> list[object]:
+    """The hot loop's builds on this install: pure Python, and the compiled twin when built."""
+    from specbundle.scan import pickle_loop, pickle_walker
+
+    return [pickle_loop] + ([pickle_walker._LOOP] if pickle_walker.NATIVE else [])
+
+
+@pytest.mark.parametrize("loop", _loops(), ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_walker_hot_loop_agrees_with_its_reference_semantics(
+        loop: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inlined opcodes of the walker's hot loop do exactly what ``_step`` does, in the pure
+    loop and in its compiled twin alike."""
     import io
     import pickle
 
+    from specbundle.scan import pickle_walker
     from specbundle.scan.pickle_walker import TORCH_ALLOWED, walk_pickle
+
+    monkeypatch.setattr(pickle_walker, "_LOOP", loop)
 
     rng = random.Random(23)
     objs: list[object] = [{"a": [1, 2.5, "x", b"y", None, True, (1, 2)], "b": {1, 2}},

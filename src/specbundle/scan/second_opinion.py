@@ -7,6 +7,12 @@ parse warning or "nothing scanned" is a blocking finding, never a clean result. 
 without network (a user+network namespace via ``unshare -rn`` where the kernel allows it, and
 telemetry/proxy variables that go nowhere) and with a timeout. A tool that is not installed is
 recorded as "not run".
+
+Their cost is bounded up front as well as by the timeout: modelaudit-picklescan's analysis grows
+with the square of a stream's opcodes (a 2 MB pickle of small opcodes took 44 s, a 10 MB one hit
+the timeout), so a tool is not started on more pickle bytes than it analyses in bounded time;
+that file gets the same blocking "failed" finding a timeout would give, at once ("too large to
+analyse"), instead of minutes later. The (tool, file) runs share the machine's cores.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path, PurePosixPath
@@ -29,8 +36,10 @@ from typing import ClassVar
 from specbundle.scan.findings import CheckOutcome, Finding, SecondOpinion, Severity, finding
 from specbundle.scan.interface import Check, CheckContext
 from specbundle.scan.sniff import FileKind
+from specbundle.scan.zipwalk import ZipAmbiguity, walk_zip
 
-__all__ = ["TOOLS", "SecondOpinionCheck", "Tool", "Verdict", "offline_prefix", "run_tool"]
+__all__ = ["TOOLS", "SecondOpinionCheck", "Tool", "Verdict", "offline_prefix", "pickle_bytes",
+           "run_tool"]
 
 _TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
@@ -102,6 +111,8 @@ class Tool:
     locate: Callable[[], str | None]
     argv: Callable[[str, str], list[str]]
     verdict: Callable[[int, str], Verdict]
+    # pickle bytes past which the tool is not started (its cost is superlinear); None: no cap
+    max_pickle_bytes: int | None = None
 
     def version(self) -> str | None:
         """Installed version, from package metadata (the tool is not imported)."""
@@ -125,11 +136,13 @@ def _python_module(module: str) -> Callable[[], str | None]:
 
 
 TOOLS: tuple[Tool, ...] = (
+    # linear, ~2 MB/s of small opcodes: 32 MiB stays well inside the default timeout
     Tool("picklescan", "picklescan", _console_script("picklescan"),
-         lambda exe, p: [exe, "--strict", "-p", p], _picklescan_verdict),
+         lambda exe, p: [exe, "--strict", "-p", p], _picklescan_verdict, 32 << 20),
+    # quadratic in opcodes (15k, 30k, 60k dict entries: 1.7, 3.8, 11.6 s): 1 MiB is ~4 s
     Tool("modelaudit-picklescan", "modelaudit-picklescan",
          _python_module("modelaudit_picklescan"),
-         lambda exe, p: [exe, "-I", "-c", _MAP_SCRIPT, p], _map_verdict),
+         lambda exe, p: [exe, "-I", "-c", _MAP_SCRIPT, p], _map_verdict, 1 << 20),
 )
 
 
@@ -158,8 +171,29 @@ def _offline_env(home: str) -> dict[str, str]:
     }
 
 
-def run_tool(tool: Tool, exe: str, path: Path, timeout: float) -> Verdict:
-    """Run one tool on one file, offline and time-limited."""
+def pickle_bytes(path: Path, kind: FileKind) -> int:
+    """How many bytes of pickle a file holds: a zip's ``.pkl`` members (uncompressed, as its
+    central directory says), else the whole file (an unreadable zip counts whole)."""
+    size = path.stat().st_size
+    if kind is FileKind.ZIP:
+        try:
+            return sum(e.usize for e in walk_zip(path).entries if e.name.endswith(".pkl"))
+        except (ZipAmbiguity, OSError, ValueError):
+            return size
+    return size
+
+
+def run_tool(tool: Tool, exe: str, path: Path, timeout: float, kind: FileKind | None = None
+             ) -> Verdict:
+    """Run one tool on one file, offline and time-limited (and size-limited, given its kind)."""
+    if tool.max_pickle_bytes is not None and kind is not None:
+        try:
+            size = pickle_bytes(path, kind)
+        except OSError as err:
+            return Verdict("failed", f"could not measure the file: {err.strerror}")
+        if size > tool.max_pickle_bytes:
+            return Verdict("failed", f"too large to analyse: {size} bytes of pickle, over the "
+                           f"{tool.max_pickle_bytes} it analyses in bounded time; not run")
     with tempfile.TemporaryDirectory(prefix="specbundle-2nd-") as home:
         argv = [*offline_prefix(), *tool.argv(exe, str(path))]
         try:
@@ -187,11 +221,13 @@ class SecondOpinionCheck(Check):
 
     def run(self, ctx: CheckContext) -> CheckOutcome:
         """Each tool on each pickle-bearing file; a summary per tool."""
-        targets = [(t.role, PurePosixPath(f.rel), t.root / f.rel) for t in ctx.trees
-                   for f in t.files if self._pickle_bearing(f.rel, ctx.kind(f.path))]
+        targets = [(t.role, PurePosixPath(f.rel), t.root / f.rel, ctx.kind(f.path))
+                   for t in ctx.trees for f in t.files
+                   if self._pickle_bearing(f.rel, ctx.kind(f.path))]
         findings: list[Finding] = []
-        opinions: list[SecondOpinion] = []
-        for tool in self.tools:
+        opinions: list[SecondOpinion | None] = []
+        jobs: list[tuple[int, Tool, str]] = []
+        for i, tool in enumerate(self.tools):
             exe = tool.locate() if ctx.options.second_opinions and targets else None
             if not targets or exe is None:
                 why = ("disabled" if not ctx.options.second_opinions else
@@ -201,21 +237,33 @@ class SecondOpinionCheck(Check):
                     findings.append(finding("second-opinion.not-run", Severity.INFO,
                                             f"{tool.name} not installed; not run", tool=tool.name))
                 continue
-            statuses = []
-            for role, rel, path in targets:
-                if ctx.options.progress:
-                    ctx.options.progress(f"{tool.name} {rel}")
-                v = run_tool(tool, exe, path, ctx.options.second_opinion_timeout_s)
-                statuses.append(v.status)
-                if v.status != "clean":
-                    sev = Severity.MEDIUM if v.status == "inconclusive" else Severity.HIGH
-                    findings.append(finding(f"second-opinion.{v.status}", sev,
-                                            f"{tool.name}: {v.detail}", str(rel),
-                                            tool=tool.name).with_role(role))
-            status = next((s for s in ("failed", "flagged", "inconclusive") if s in statuses),
-                          "clean")
-            opinions.append(SecondOpinion(tool.name, status, "", tool.version(), len(targets)))
-        return CheckOutcome(findings=tuple(findings), second_opinions=tuple(opinions))
+            opinions.append(None)
+            jobs.append((i, tool, exe))
+        # each run is a subprocess: threads only wait, the runs share the cores
+        workers = max(1, min(len(jobs) * len(targets), os.cpu_count() or 1, 4))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {}
+            for i, tool, exe in jobs:
+                for role, rel, path, kind in targets:
+                    if ctx.options.progress:
+                        ctx.options.progress(f"{tool.name} {rel}")
+                    futures[(i, rel, role)] = pool.submit(
+                        run_tool, tool, exe, path, ctx.options.second_opinion_timeout_s, kind)
+            for i, tool, _exe in jobs:
+                statuses = []
+                for role, rel, _path, _kind in targets:
+                    v = futures[(i, rel, role)].result()
+                    statuses.append(v.status)
+                    if v.status != "clean":
+                        sev = Severity.MEDIUM if v.status == "inconclusive" else Severity.HIGH
+                        findings.append(finding(f"second-opinion.{v.status}", sev,
+                                                f"{tool.name}: {v.detail}", str(rel),
+                                                tool=tool.name).with_role(role))
+                status = next((s for s in ("failed", "flagged", "inconclusive")
+                               if s in statuses), "clean")
+                opinions[i] = SecondOpinion(tool.name, status, "", tool.version(), len(targets))
+        return CheckOutcome(findings=tuple(findings),
+                            second_opinions=tuple(o for o in opinions if o is not None))
 
     @staticmethod
     def _pickle_bearing(rel: str, kind: FileKind) -> bool:
