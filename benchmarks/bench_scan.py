@@ -229,9 +229,35 @@ def _hostile_pickle(mb: float, rounds: int = 5) -> dict[str, float]:
             "ratio_vs_genops": statistics.median(ratios), "rounds": rounds}
 
 
+def _hostile_pickle_scan(work: Path, mb: float) -> dict[str, float]:
+    """The whole scan of that pickle as a file, second opinions included (when installed).
+
+    modelaudit-picklescan's analysis is quadratic in opcodes, so past its size cap it is not
+    started and the file gets a blocking "too large to analyse" at once; ``blocked`` is 1 then.
+    """
+    import pickle
+
+    from specbundle.scan.second_opinion import TOOLS
+
+    d = work / "hostile-pickle"
+    d.mkdir()
+    n = int(mb * 1e6 / 16)
+    (d / "data.pkl").write_bytes(pickle.dumps({f"k{i:07d}": i for i in range(n)}, protocol=4))
+    t0 = time.perf_counter()
+    report = scan_tree(d, allow_pickle=True, options=ScanOptions())
+    wall = time.perf_counter() - t0
+    installed = [t.name for t in TOOLS if t.locate() is not None]
+    return {"pickle_mb": (d / "data.pkl").stat().st_size / 1e6, "scan_s": wall,
+            "second_opinions_installed": float(len(installed)),
+            "blocked": float(report.blocked),
+            "too_large_findings": float(sum("too large to analyse" in f.message
+                                            for f in report.findings))}
+
+
 def _hostile(work: Path, mb: float) -> dict[str, dict[str, float]]:
     return {"gguf_string_array": _hostile_gguf(work, mb), "tiny_files": _hostile_files(work),
-            "pickle_walk": _hostile_pickle(mb / 16)}
+            "pickle_walk": _hostile_pickle(mb / 16),
+            "pickle_scan": _hostile_pickle_scan(work, mb / 16)}
 
 
 def main() -> None:
@@ -295,6 +321,11 @@ def main() -> None:
         print(f"hostile: pickle walk {p['pickle_mb']:.1f} MB: {p['mb_s']:.1f} MB/s wall, "
               f"{p['mb_s_cpu']:.1f} MB/s CPU (range {lo:.1f}-{hi:.1f} over {p['rounds']} rounds), "
               f"{p['ratio_vs_genops']:.2f}x pickletools.genops' time (target >= 20 MB/s)")
+        ps = hostile["pickle_scan"]
+        print(f"hostile: whole scan of that pickle as a file {ps['scan_s']:.1f} s with "
+              f"{ps['second_opinions_installed']:.0f} second-opinion tools installed "
+              f"({ps['too_large_findings']:.0f} 'too large to analyse' findings; "
+              f"blocked: {bool(ps['blocked'])})")
         build = "compiled twin" if p["native"] else "pure Python (no compiled twin built)"
         print(f"hostile: pickle walk build: {build}; pure-Python loop {p['pure_mb_s_cpu']:.1f} "
               f"MB/s CPU, installed/pure speedup {p['native_speedup']:.2f}x "

@@ -44,6 +44,17 @@ def test_twin_is_used_only_when_built_from_the_current_source(
     assert kind == expected
 
 
+def test_a_twin_that_fails_to_import_is_not_used(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    source = 'KIND = "pure"\n'
+    _package(tmp_path, "twinpkg_broken", source, None)
+    (tmp_path / "twinpkg_broken" / "m_native.py").write_text("raise KeyError('object')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(_native.PURE_ENV, raising=False)
+    module = importlib.import_module("twinpkg_broken.m")
+    assert _native.twin(module) is module
+
+
 def test_pure_python_can_be_forced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = 'KIND = "pure"\n'
     _package(tmp_path, "twinpkg_forced", source, hashlib.sha256(source.encode()).hexdigest())

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specbundle import __version__
+from specbundle.attest.manifest import BundleManifest
 from specbundle.bench import stats
 from specbundle.bench.analysis import AnalysisInputs, analyse_levels, ceiling, validity
 from specbundle.bench.engines import adapter_for
@@ -88,11 +89,14 @@ class _Manifest:
     """
 
     def __init__(self, mirror: Mirror, rec: BundleRecord, spec: BundleSpec, engine: str,
-                 opts: BenchOptions, log_dir: Path) -> None:
+                 opts: BenchOptions, log_dir: Path, signed: BundleManifest | None = None
+                 ) -> None:
         if opts.runtime not in ("shell", "docker"):
             raise BenchError(f"unknown runtime {opts.runtime!r}; allowed: shell, docker")
         self.mirror, self.opts, self.log_dir = mirror, opts, log_dir
-        result = render_bundle(mirror, rec.name, engine, "shell", record=rec)
+        result = (render_bundle(mirror, rec.name, engine, "shell", signed=signed)
+                  if signed is not None else
+                  render_bundle(mirror, rec.name, engine, "shell", record=rec))
         self.spec_cmd, self.base_cmd = result.command, result.baseline
         scripts = [f for f in result.files if f.suffix == ".sh"]
         if not scripts:
@@ -121,7 +125,10 @@ class _Manifest:
         if opts.runtime == "docker":  # imported here: the shell runtime needs no docker SDK
             from specbundle.images import read_image_records
 
-            self.image = read_image_records(mirror, rec.name).get(engine)
+            # the signed version's record when verified: the unsigned copy never names it
+            self.image = (read_image_records(mirror, rec.name) if signed is None else
+                          read_image_records(mirror, rec.name, signed_version=signed.version,
+                                             signed_digests=signed.images)).get(engine)
             if self.image is None:
                 raise BenchError(f"bundle {rec.name!r} carries no {engine} engine image",
                                  hint="specbundle images save (connected side), then "
@@ -240,13 +247,17 @@ def _store(mirror: Mirror, report: BenchReport, log_dir: Path) -> None:
 def run_bench(mirror: Mirror, name: str, *, engine: str = "llamacpp",
               options: BenchOptions | None = None,
               progress: Progress | None = None,
-              record: BundleRecord | None = None) -> BenchReport:
+              record: BundleRecord | None = None,
+              signed: BundleManifest | None = None) -> BenchReport:
     """Benchmark bundle ``name`` on ``engine`` with and without speculation; store the report.
 
-    ``record``: the verified bundle's record (``VerifiedBundle.record``, from the signed
-    manifest); without it the unsigned ``bundle.json`` is read (connected-side use only).
+    ``signed``: the verified manifest (``VerifiedBundle.manifest``): its record, and the engine
+    image records stored with that signed version. ``record``: a verified record alone. With
+    neither, the unsigned ``bundle.json`` is read (connected-side use only).
     """
     opts = options or BenchOptions()
+    if signed is not None:
+        record = signed.record
     rec = record if record is not None else mirror.load_bundle(name)
     spec = parse_spec(rec.spec, file=f"bundles/{name}/bundle.json")
     if not opts.base_url and engine not in {e.value for e in spec.engines.enabled()}:
@@ -268,7 +279,7 @@ def run_bench(mirror: Mirror, name: str, *, engine: str = "llamacpp",
                 server["tuned_schedule"] = {**tuned.to_json(), "sha256": tuned.digest,
                                             "off_levels": list(tuned.off_levels),
                                             "k_at_p95": tuned.at(tuned.p95_concurrency).k}
-            man = _Manifest(mirror, rec, spec, engine, opts, log_dir)
+            man = _Manifest(mirror, rec, spec, engine, opts, log_dir, signed)
             launcher, can_draft = man.launcher, man.draft_args is not None
             settings_equal, note = man.settings_equal, man.settings_note
             server.update(script=str(man.script), argv=man.argv, runtime=opts.runtime)

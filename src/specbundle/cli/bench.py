@@ -17,7 +17,7 @@ from specbundle.bench.runner import Progress as ProgressFn
 from specbundle.bench.verdict import Verdict, verdict_first
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, err_console, print_table, write_json_text
-from specbundle.cli.verify import trust_option, verified_record
+from specbundle.cli.verify import trust_option, verified
 from specbundle.errors import UsageError
 
 __all__ = ["bench_options", "command", "show_report", "show_verdict", "step_progress"]
@@ -205,10 +205,10 @@ def command(bundle: str, trust: Path | None, mirror_dir: Path | None, engine: st
                                 requests_per_level, max_tokens, levels, aa_rounds, runtime,
                                 max_rounds), time_budget_s=time_budget)
     mirror = open_mirror(mirror_dir)
-    record = verified_record(mirror, bundle, trust)
+    v = verified(mirror, bundle, trust)
     with step_progress(not as_json) as progress:
         report = run_bench(mirror, bundle, engine=engine, options=opts, progress=progress,
-                           record=record)
+                           signed=v.manifest if v is not None else None)
     if as_json:
         write_json_text(verdict_first(report.to_json()))
         return

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json, print_table
-from specbundle.cli.verify import trust_option, verified_record
+from specbundle.cli.verify import trust_option, verified
 from specbundle.errors import UsageError
 from specbundle.render import TARGETS, LintReport, render_bundle
 from specbundle.spec import EngineName
@@ -72,10 +72,10 @@ def command(bundle: str, engine: str, target: str, out_dir: Path | None,
     if model_source == "oci" and (target != "kubernetes" or not oci_repo):
         raise UsageError("--model-source oci renders --target kubernetes and needs --oci-repo")
     mirror = open_mirror(mirror_dir)
-    record = verified_record(mirror, bundle, trust)
+    v = verified(mirror, bundle, trust)
     res = render_bundle(mirror, bundle, engine, target, out_dir, image=image,
                         image_digest=image_digest, allow_unpinned_image=allow_unpinned_image,
-                        record=record)
+                        signed=v.manifest if v is not None else None)
     if model_source == "oci" and oci_repo:
         from specbundle.cli.oci import render_from_registry
 

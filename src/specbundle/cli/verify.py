@@ -16,6 +16,7 @@ from specbundle.record import BundleRecord
 from specbundle.verify import (
     BundleVerificationFailed,
     VerificationReport,
+    VerifiedBundle,
     load_policy,
     record_verification,
     verify_bundle,
@@ -23,7 +24,7 @@ from specbundle.verify import (
 
 F = TypeVar("F", bound=Any)
 
-__all__ = ["command", "trust_option", "verified_record"]
+__all__ = ["command", "trust_option", "verified", "verified_record"]
 
 
 def trust_option(f: F) -> F:
@@ -34,13 +35,19 @@ def trust_option(f: F) -> F:
              "(required on the isolated side).")(f)
 
 
-def verified_record(mirror: Mirror, bundle: str, trust: Path | None) -> BundleRecord | None:
-    """The signed manifest's record when ``--trust`` is given (exit 3 if it does not verify)."""
+def verified(mirror: Mirror, bundle: str, trust: Path | None) -> VerifiedBundle | None:
+    """The verified bundle when ``--trust`` is given (exit 3 if it does not verify)."""
     if trust is None:
         err_console.print("warning: no --trust given: using the unsigned bundle record "
                           "(connected side only; pass --trust on the isolated side)")
         return None
-    return verify_bundle(mirror, bundle, load_policy(trust)).record
+    return verify_bundle(mirror, bundle, load_policy(trust))
+
+
+def verified_record(mirror: Mirror, bundle: str, trust: Path | None) -> BundleRecord | None:
+    """The signed manifest's record when ``--trust`` is given (exit 3 if it does not verify)."""
+    v = verified(mirror, bundle, trust)
+    return v.record if v is not None else None
 
 
 def _record(mirror: Mirror, report: VerificationReport) -> None:

@@ -8,13 +8,15 @@ content-addressed object in the mirror; its digest is also listed in the bundle 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from specbundle._fsutil import canonical_json
 from specbundle.digest import is_sha256, sha256_bytes
 from specbundle.errors import MirrorError, VerificationError
-from specbundle.mirror import Mirror
+from specbundle.mirror import Mirror, versions
 
 __all__ = ["IMAGE_RECORD_SCHEMA", "ImageRecord", "image_record_path", "read_image_records"]
 
@@ -89,8 +91,22 @@ class ImageRecord:
             raise MirrorError(f"image record is malformed: {err}") from err
 
 
-def read_image_records(mirror: Mirror, name: str) -> dict[str, ImageRecord]:
-    """All image records of a bundle, by engine (empty when none were saved)."""
+def read_image_records(mirror: Mirror, name: str, *, signed_version: int | None = None,
+                       signed_digests: Mapping[str, str] | None = None,
+                       ) -> dict[str, ImageRecord]:
+    """All image records of a bundle, by engine (empty when none were saved).
+
+    With ``signed_version`` and ``signed_digests`` (a verified manifest's ``version`` and
+    ``images``), only the records stored with that signed version are read, each checked
+    against its signed digest as it is read: the bundle-level ``images/`` folder is unsigned,
+    so on the isolated side it must never name the image that runs. Without them (connected
+    side), the bundle-level records.
+
+    Raises:
+        VerificationError: a signed record is missing or its bytes differ from the signed ones.
+    """
+    if signed_version is not None:
+        return _signed_records(mirror, name, signed_version, signed_digests or {})
     out: dict[str, ImageRecord] = {}
     folder = mirror.bundle_dir(name) / "images"
     for path in sorted(folder.glob("*.json")):
@@ -102,4 +118,25 @@ def read_image_records(mirror: Mirror, name: str) -> dict[str, ImageRecord]:
         if rec.engine != path.stem:
             raise VerificationError(f"image record {path} names engine {rec.engine!r}")
         out[rec.engine] = rec
+    return out
+
+
+_ENGINE = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+
+
+def _signed_records(mirror: Mirror, name: str, version: int,
+                    digests: Mapping[str, str]) -> dict[str, ImageRecord]:
+    out: dict[str, ImageRecord] = {}
+    for engine, want in sorted(digests.items()):
+        if not _ENGINE.fullmatch(engine):
+            raise VerificationError(f"signed manifest names an invalid engine {engine[:40]!r}")
+        raw = versions.read_signed_file(mirror, name, version, image_record_path(engine), want)
+        try:
+            rec = ImageRecord.from_json(json.loads(raw))
+        except (ValueError, AttributeError) as err:
+            raise VerificationError(f"signed image record for {engine} is unusable: {err}"
+                                    ) from None
+        if rec.engine != engine:
+            raise VerificationError(f"signed image record for {engine} names {rec.engine!r}")
+        out[engine] = rec
     return out

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from specbundle import _faults
 from specbundle._fsutil import atomic_write_bytes, fsync_dir
+from specbundle.digest import sha256_bytes
 from specbundle.errors import VerificationError
 from specbundle.mirror.store import Mirror
 
@@ -71,6 +72,22 @@ def manifest_rel(version: int) -> str:
 def read_version_file(mirror: Mirror, name: str, version: int, rel: str) -> bytes | None:
     """A file of one version (``sign/<role>/model.sig``, ``scan/report.json``, ...)."""
     return mirror.read_bundle_file(name, version_rel(version, rel))
+
+
+def read_signed_file(mirror: Mirror, name: str, version: int, rel: str, sha256: str) -> bytes:
+    """A file of one version, only if its bytes hash to ``sha256`` (the digest a verified
+    manifest signs for it): what is acted on is what was verified, even if the mirror changed
+    since verification.
+
+    Raises:
+        VerificationError: the file is missing or its bytes differ from the signed ones.
+    """
+    raw = read_version_file(mirror, name, version, rel)
+    if raw is None or sha256_bytes(raw) != sha256:
+        raise VerificationError(
+            f"bundle {name!r}: {rel} differs from the one signed in version {version}",
+            hint="verify the bundle again; the mirror changed after verification")
+    return raw
 
 
 def version_images(mirror: Mirror, name: str, version: int) -> dict[str, bytes]:

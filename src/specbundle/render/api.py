@@ -17,8 +17,9 @@ from typing import Any
 
 from specbundle import __version__
 from specbundle._fsutil import atomic_write_bytes, fsync_dir
+from specbundle.attest.manifest import BundleManifest
 from specbundle.errors import EnvironmentProblem, RenderError, UsageError
-from specbundle.mirror import Mirror
+from specbundle.mirror import Mirror, versions
 from specbundle.record import BundleRecord
 from specbundle.render.interface import (
     EngineContext,
@@ -90,13 +91,25 @@ def _spec_of(record: BundleRecord) -> BundleSpec:
 _IMAGE_RECORD_SCHEMA = "https://specbundle.dev/image-record/v1"
 
 
-def _recorded_image(mirror: Mirror, name: str, engine: EngineName) -> str | None:
-    """The pinned reference the images stage recorded (``bundles/<name>/images/<e>.json``).
+def _recorded_image(mirror: Mirror, name: str, engine: EngineName,
+                    signed: BundleManifest | None = None) -> str | None:
+    """The pinned reference the images stage recorded.
 
-    Read as plain JSON so render does not import the Docker SDK; a record that is present but
-    unreadable fails closed rather than falling back to a tag.
+    With a verified manifest (``signed``), only the copy stored with that signed version is
+    read, and only if its bytes still hash to the digest the manifest signs: the bundle-level
+    ``bundles/<name>/images/<e>.json`` is unsigned, so anyone who can write the mirror could
+    otherwise swap the engine image after verification. Without one (connected side only), the
+    bundle-level record is read. Read as plain JSON so render does not import the Docker SDK; a
+    record that is present but unreadable fails closed rather than falling back to a tag.
     """
-    raw = mirror.read_bundle_file(name, f"images/{engine.value}.json")
+    rel = f"images/{engine.value}.json"
+    if signed is None:
+        raw = mirror.read_bundle_file(name, rel)
+    elif engine.value not in signed.images:
+        return None
+    else:  # a changed signed copy raises VerificationError: the verdict no longer holds
+        raw = versions.read_signed_file(mirror, name, signed.version, rel,
+                                        signed.images[engine.value])
     if raw is None:
         return None
     try:
@@ -104,20 +117,23 @@ def _recorded_image(mirror: Mirror, name: str, engine: EngineName) -> str | None
         if doc.get("schema") != _IMAGE_RECORD_SCHEMA or doc.get("engine") != engine.value:
             raise ValueError("unknown schema or wrong engine")
         ref = doc.get("repo_digest") or doc["image_id"]
+        if not isinstance(ref, str):
+            raise ValueError("the image reference is not a string")
     except (ValueError, KeyError, AttributeError) as err:
         raise RenderError(f"bundle {name!r}: image record for {engine.value} is unusable: "
                           f"{err}") from None
-    return str(ref)
+    return ref
 
 
 def _image_for(mirror: Mirror, name: str, spec: BundleSpec, engine: EngineName,
-               image: str | None, digest: str | None) -> str | None:
+               image: str | None, digest: str | None,
+               signed: BundleManifest | None = None) -> str | None:
     """Explicit reference or digest first, then the images stage's record, else the spec's."""
     settings = getattr(spec.engines, engine.value)
     if settings is None:
         return None
     if image is None and digest is None:
-        return _recorded_image(mirror, name, engine)
+        return _recorded_image(mirror, name, engine, signed)
     return resolve_image(settings.image, image=image, digest=digest)
 
 
@@ -192,15 +208,21 @@ def lint_bundle(
     mirror: Mirror, name: str, *, engine: EngineName | str | None = None,
     target: str | None = None, allow_unpinned_image: bool = False,
     image: str | None = None, image_digest: str | None = None,
-    record: BundleRecord | None = None,
+    record: BundleRecord | None = None, signed: BundleManifest | None = None,
 ) -> LintReport:
-    """Lint a pulled bundle for one engine (default: every engine its spec enables)."""
+    """Lint a pulled bundle for one engine (default: every engine its spec enables).
+
+    ``signed``: the verified manifest (``VerifiedBundle.manifest``); its record and image
+    records are used instead of the mirror's unsigned ones.
+    """
+    if signed is not None:
+        record = signed.record
     record = record if record is not None else mirror.load_bundle(name)
     spec = _spec_of(record)
     engines = (_engine(engine)[0],) if engine is not None else spec.engines.enabled()
     if (image or image_digest) and len(engines) != 1:
         raise UsageError("an image override needs exactly one engine")
-    images = {e: _image_for(mirror, name, spec, e, image, image_digest) for e in engines}
+    images = {e: _image_for(mirror, name, spec, e, image, image_digest, signed) for e in engines}
     ctx = _context(mirror, record, create=False)
     draft = mirror.artifact_dir(record.draft) if record.draft else None
     uses = None if target is None else _target(target).uses_image
@@ -218,22 +240,27 @@ def render_bundle(
     mirror: Mirror, name: str, engine: EngineName | str, target: str,
     out_dir: Path | None = None, *, image: str | None = None, image_digest: str | None = None,
     allow_unpinned_image: bool = False, record: BundleRecord | None = None,
+    signed: BundleManifest | None = None,
 ) -> RenderResult:
     """Lint, then render one engine x target; lint errors raise :class:`RenderError`.
 
-    ``record``: the verified bundle's record (``VerifiedBundle.record``, from the signed
-    manifest); without it the unsigned ``bundle.json`` is read (connected-side use only).
+    ``signed``: the verified manifest (``VerifiedBundle.manifest``): its record and the image
+    records stored with that signed version are what is rendered. ``record``: a verified record
+    alone (no image record is then trusted beyond the mirror's). With neither, the unsigned
+    ``bundle.json`` is read (connected-side use only).
     """
     eng_name, eng = _engine(engine)
     tgt = _target(target)
+    if signed is not None:
+        record = signed.record
     record = record if record is not None else mirror.load_bundle(name)
     report = lint_bundle(mirror, name, engine=eng_name, target=target, image=image,
                          image_digest=image_digest, allow_unpinned_image=allow_unpinned_image,
-                         record=record)
+                         record=record, signed=signed)
     report.raise_for_errors()
     spec = _spec_of(record)
     ctx = _context(mirror, record,
-                   image=_image_for(mirror, name, spec, eng_name, image, image_digest))
+                   image=_image_for(mirror, name, spec, eng_name, image, image_digest, signed))
     ctx = replace(ctx, spec=apply_tuned(ctx.spec, read_tuned(mirror, name, eng_name.value)))
     cmd, base = eng.build(ctx, speculation=True), eng.build(ctx, speculation=False)
     meta = RenderMeta(

@@ -76,11 +76,12 @@ def find_key(doc: Any, key: str) -> Iterator[tuple[str, Any]]:
         path, node = stack.pop()
         if isinstance(node, dict):
             for k, v in reversed(node.items()):  # file order (the stack pops the last first)
-                sub = f"{path}.{k}" if path else str(k)
+                # the path is built only for a hit or a container: a weight map's thousands of
+                # string values cost a comparison each, not a string each
                 if k == key:
-                    yield sub, v
+                    yield (f"{path}.{k}" if path else str(k)), v
                 if isinstance(v, (dict, list)):
-                    stack.append((sub, v))
+                    stack.append(((f"{path}.{k}" if path else str(k)), v))
         elif isinstance(node, list):
             stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(node)))
                          if isinstance(v, (dict, list)))

@@ -1,0 +1,104 @@
+"""Render takes the engine image from the signed version, never the mirror's unsigned copy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specbundle import attest
+from specbundle.errors import VerificationError
+from specbundle.mirror import Mirror, versions
+from specbundle.render import render_bundle
+from specbundle.sign import sign_bundle
+from specbundle.verify import verify_bundle
+from tests.sign.helpers import policy_doc, pulled_bundle, write_policy, write_scan_report
+
+SIGNED = "vllm/vllm-openai@sha256:" + "e" * 64
+SWAPPED = "evil/vllm@sha256:" + "f" * 64
+
+
+def _record(repo_digest: str) -> bytes:
+    return json.dumps({
+        "schema": "https://specbundle.dev/image-record/v1", "engine": "vllm",
+        "reference": "vllm/vllm-openai:v0.32.0", "image_id": "sha256:" + "c" * 64,
+        "archive_sha256": "d" * 64, "archive_size": 1, "repo_digest": repo_digest,
+    }).encode()
+
+
+def _signed_with_image(tmp_path: Path) -> tuple[Mirror, Path]:
+    mirror = Mirror.open(tmp_path / "mirror", create=True)
+    pulled_bundle(tmp_path, mirror, "pair")
+    write_scan_report(mirror, "pair")
+    mirror.write_bundle_file("pair", "images/vllm.json", _record(SIGNED))
+    key = attest.generate_key("ecdsa-p256")
+    sign_bundle(mirror, "pair", [key])
+    return mirror, write_policy(tmp_path / "trust.yaml", policy_doc({"release": key}))
+
+
+def test_a_swapped_unsigned_image_record_is_not_rendered(tmp_path: Path) -> None:
+    mirror, policy = _signed_with_image(tmp_path)
+    from specbundle.verify import load_policy
+
+    v = verify_bundle(mirror, "pair", load_policy(policy))
+    # after verification, someone with write access to the mirror swaps the bundle-level copy
+    mirror.write_bundle_file("pair", "images/vllm.json", _record(SWAPPED))
+    res = render_bundle(mirror, "pair", "vllm", "compose", tmp_path / "out", signed=v.manifest)
+    assert res.command.image == SIGNED
+    assert yaml.safe_load(res.files[0].read_text())["services"]["engine"]["image"] == SIGNED
+    # the connected side, without a verified manifest, reads the mirror's copy
+    unsigned = render_bundle(mirror, "pair", "vllm", "compose", tmp_path / "out2")
+    assert unsigned.command.image == SWAPPED
+
+
+def test_a_signed_image_record_changed_after_verification_fails_closed(tmp_path: Path) -> None:
+    mirror, policy = _signed_with_image(tmp_path)
+    from specbundle.verify import load_policy
+
+    v = verify_bundle(mirror, "pair", load_policy(policy))
+    rel = versions.version_rel(v.manifest.version, "images/vllm.json")
+    mirror.write_bundle_file("pair", rel, _record(SWAPPED))
+    with pytest.raises(VerificationError, match="differs from the one signed"):
+        render_bundle(mirror, "pair", "vllm", "compose", tmp_path / "out", signed=v.manifest)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_cli_renders_the_signed_image(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from specbundle.cli import main
+
+    mirror, policy = _signed_with_image(tmp_path)
+    mirror.write_bundle_file("pair", "images/vllm.json", _record(SWAPPED))
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as done:
+        main(["render", "pair", "--engine", "vllm", "--target", "compose", "--out", str(out),
+              "--trust", str(policy), "--mirror", str(mirror.root), "--json"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert SIGNED in text and SWAPPED not in text
+    doc = yaml.safe_load((out / "compose.yaml").read_text())
+    assert doc["services"]["engine"]["image"] == SIGNED
+
+
+def test_the_docker_bench_runs_the_signed_image(tmp_path: Path) -> None:
+    from specbundle.bench.api import BenchOptions, _Manifest
+    from specbundle.spec import parse_spec
+    from specbundle.verify import load_policy
+
+    mirror, policy = _signed_with_image(tmp_path)
+    v = verify_bundle(mirror, "pair", load_policy(policy))
+    swapped = json.loads(_record(SWAPPED))
+    swapped["image_id"] = "sha256:" + "9" * 64
+    mirror.write_bundle_file("pair", "images/vllm.json", json.dumps(swapped).encode())
+    spec = parse_spec(v.record.spec, file="test")
+    log = tmp_path / "logs"
+    log.mkdir()
+    man = _Manifest(mirror, v.record, spec, "vllm", BenchOptions(runtime="docker"), log,
+                    v.manifest)
+    assert man.image.image_id == "sha256:" + "c" * 64
+    assert man.image.repo_digest == SIGNED
+    # no verified manifest (connected side): the bundle-level record
+    plain = _Manifest(mirror, v.record, spec, "vllm", BenchOptions(runtime="docker"), log)
+    assert plain.image.image_id == "sha256:" + "9" * 64
