@@ -29,7 +29,7 @@ from specbundle.spec import BundleSpec
 from specbundle.strict import MalformedDocument, loads_json
 
 __all__ = ["SCHEDULE_FILE", "SCHEDULE_VERSION", "Tier", "TunedSchedule", "apply_tuned",
-           "read_tuned"]
+           "read_tuned", "schedule_digest"]
 
 SCHEDULE_FILE = "tune/schedule.json"
 SCHEDULE_VERSION = "specbundle.tune-schedule/v1"
@@ -123,26 +123,42 @@ class TunedSchedule:
         return out
 
 
-def read_tuned(mirror: Mirror, name: str, engine: str) -> TunedSchedule | None:
-    """The bundle's tuned schedule for ``engine``, only if a logged statement names its digest.
+def schedule_digest(sched: object) -> str | None:
+    """The schedule file digest a tune statement's ``schedule`` predicate field binds."""
+    d = sched.get("digest") if isinstance(sched, dict) else None
+    got = d.get("sha256") if isinstance(d, dict) else None
+    return got if isinstance(got, str) else None
 
-    A schedule file that no tune statement in the attestation log binds is ignored (never
-    acted on): render then uses the spec as written. Signatures are checked by ``verify``.
+
+def read_tuned(mirror: Mirror, name: str, engine: str, *,
+               bound: frozenset[str] | None = None) -> TunedSchedule | None:
+    """The bundle's tuned schedule for ``engine``, only if a statement binds its digest.
+
+    ``bound``: the schedule digests a verification found bound by tune statements that
+    eligible policy keys signed (``VerifiedBundle.tuned_schedules``); the file is used only if
+    its bytes, as read now, hash to one of them. Without it (connected side), a tune statement
+    in the attestation log naming the digest is enough; signatures are then ``verify``'s
+    business. A schedule file nothing binds is ignored (never acted on): render then uses the
+    spec as written.
     """
     data = mirror.read_bundle_file(name, SCHEDULE_FILE)
     if data is None:
         return None
     digest = sha256_bytes(data)
-    bound = False
+    if bound is not None:
+        if digest not in bound:
+            return None
+        tuned = TunedSchedule.from_bytes(data)
+        return tuned if tuned.engine == engine else None
     for env in read_attestations(mirror, name, problems=[]):
         try:
             st = parse_statement(env.payload)
         except Exception:  # noqa: BLE001, S112 - any unreadable statement simply binds nothing
             continue
         sched = st.predicate.get("schedule") if st.predicate_type == TUNE_SCHEDULE_V1 else None
-        if isinstance(sched, dict) and sched.get("digest", {}).get("sha256") == digest:
-            bound = True
-    if not bound:
+        if isinstance(sched, dict) and schedule_digest(sched) == digest:
+            break
+    else:
         return None
     tuned = TunedSchedule.from_bytes(data)
     return tuned if tuned.engine == engine else None

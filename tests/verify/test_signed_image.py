@@ -45,7 +45,7 @@ def test_a_swapped_unsigned_image_record_is_not_rendered(tmp_path: Path) -> None
     v = verify_bundle(mirror, "pair", load_policy(policy))
     # after verification, someone with write access to the mirror swaps the bundle-level copy
     mirror.write_bundle_file("pair", "images/vllm.json", _record(SWAPPED))
-    res = render_bundle(mirror, "pair", "vllm", "compose", tmp_path / "out", signed=v.manifest)
+    res = render_bundle(mirror, "pair", "vllm", "compose", tmp_path / "out", verified=v)
     assert res.command.image == SIGNED
     assert yaml.safe_load(res.files[0].read_text())["services"]["engine"]["image"] == SIGNED
     # the connected side, without a verified manifest, reads the mirror's copy
@@ -61,7 +61,7 @@ def test_a_signed_image_record_changed_after_verification_fails_closed(tmp_path:
     rel = versions.version_rel(v.manifest.version, "images/vllm.json")
     mirror.write_bundle_file("pair", rel, _record(SWAPPED))
     with pytest.raises(VerificationError, match="differs from the one signed"):
-        render_bundle(mirror, "pair", "vllm", "compose", tmp_path / "out", signed=v.manifest)
+        render_bundle(mirror, "pair", "vllm", "compose", tmp_path / "out", verified=v)
     assert not (tmp_path / "out").exists()
 
 
@@ -95,8 +95,7 @@ def test_the_docker_bench_runs_the_signed_image(tmp_path: Path) -> None:
     spec = parse_spec(v.record.spec, file="test")
     log = tmp_path / "logs"
     log.mkdir()
-    man = _Manifest(mirror, v.record, spec, "vllm", BenchOptions(runtime="docker"), log,
-                    v.manifest)
+    man = _Manifest(mirror, v.record, spec, "vllm", BenchOptions(runtime="docker"), log, v)
     assert man.image.image_id == "sha256:" + "c" * 64
     assert man.image.repo_digest == SIGNED
     # no verified manifest (connected side): the bundle-level record

@@ -201,7 +201,7 @@ def admit_bundle(mirror: Mirror, name: str, *, policy: TrustPolicy, keys: Sequen
         stage("bench")
         try:
             report = run_bench(mirror, name, engine=engine, options=bench_options,
-                               progress=progress, signed=verified.manifest)
+                               progress=progress, verified=verified)
         except SpecbundleError as err:
             reasons.append(f"bench: could not measure: {err.message}")
     if report is not None and verified is not None:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from specbundle import __version__
-from specbundle.attest.manifest import BundleManifest
 from specbundle.bench import stats
 from specbundle.bench.analysis import AnalysisInputs, analyse_levels, ceiling, validity
 from specbundle.bench.engines import adapter_for
@@ -43,6 +42,7 @@ from specbundle.record import BundleRecord
 from specbundle.render import render_bundle
 from specbundle.schedule import read_tuned
 from specbundle.spec import BundleSpec, parse_spec
+from specbundle.verify import VerifiedBundle
 
 __all__ = ["load_report", "report_path", "run_bench"]
 
@@ -89,14 +89,15 @@ class _Manifest:
     """
 
     def __init__(self, mirror: Mirror, rec: BundleRecord, spec: BundleSpec, engine: str,
-                 opts: BenchOptions, log_dir: Path, signed: BundleManifest | None = None
+                 opts: BenchOptions, log_dir: Path, verified: VerifiedBundle | None = None
                  ) -> None:
         if opts.runtime not in ("shell", "docker"):
             raise BenchError(f"unknown runtime {opts.runtime!r}; allowed: shell, docker")
         self.mirror, self.opts, self.log_dir = mirror, opts, log_dir
-        result = (render_bundle(mirror, rec.name, engine, "shell", signed=signed)
-                  if signed is not None else
+        result = (render_bundle(mirror, rec.name, engine, "shell", verified=verified)
+                  if verified is not None else
                   render_bundle(mirror, rec.name, engine, "shell", record=rec))
+        signed = verified.manifest if verified is not None else None
         self.spec_cmd, self.base_cmd = result.command, result.baseline
         scripts = [f for f in result.files if f.suffix == ".sh"]
         if not scripts:
@@ -248,16 +249,17 @@ def run_bench(mirror: Mirror, name: str, *, engine: str = "llamacpp",
               options: BenchOptions | None = None,
               progress: Progress | None = None,
               record: BundleRecord | None = None,
-              signed: BundleManifest | None = None) -> BenchReport:
+              verified: VerifiedBundle | None = None) -> BenchReport:
     """Benchmark bundle ``name`` on ``engine`` with and without speculation; store the report.
 
-    ``signed``: the verified manifest (``VerifiedBundle.manifest``): its record, and the engine
-    image records stored with that signed version. ``record``: a verified record alone. With
-    neither, the unsigned ``bundle.json`` is read (connected-side use only).
+    ``verified``: the verified bundle: its signed record, the engine image records stored with
+    that signed version, and only tuned schedules its verification bound. ``record``: a
+    verified record alone. With neither, the unsigned ``bundle.json`` is read (connected-side
+    use only).
     """
     opts = options or BenchOptions()
-    if signed is not None:
-        record = signed.record
+    if verified is not None:
+        record = verified.record
     rec = record if record is not None else mirror.load_bundle(name)
     spec = parse_spec(rec.spec, file=f"bundles/{name}/bundle.json")
     if not opts.base_url and engine not in {e.value for e in spec.engines.enabled()}:
@@ -274,12 +276,13 @@ def run_bench(mirror: Mirror, name: str, *, engine: str = "llamacpp",
         settings_equal: bool | None = None
         note = "servers given by URL: settings not compared"
         if not opts.base_url:
-            tuned = read_tuned(mirror, name, engine)
+            tuned = read_tuned(mirror, name, engine, bound=(
+                verified.tuned_schedules if verified is not None else None))
             if tuned is not None:  # render put it in force: the bench measures what deploys
                 server["tuned_schedule"] = {**tuned.to_json(), "sha256": tuned.digest,
                                             "off_levels": list(tuned.off_levels),
                                             "k_at_p95": tuned.at(tuned.p95_concurrency).k}
-            man = _Manifest(mirror, rec, spec, engine, opts, log_dir, signed)
+            man = _Manifest(mirror, rec, spec, engine, opts, log_dir, verified)
             launcher, can_draft = man.launcher, man.draft_args is not None
             settings_equal, note = man.settings_equal, man.settings_note
             server.update(script=str(man.script), argv=man.argv, runtime=opts.runtime)

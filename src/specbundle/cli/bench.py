@@ -208,7 +208,7 @@ def command(bundle: str, trust: Path | None, mirror_dir: Path | None, engine: st
     v = verified(mirror, bundle, trust)
     with step_progress(not as_json) as progress:
         report = run_bench(mirror, bundle, engine=engine, options=opts, progress=progress,
-                           signed=v.manifest if v is not None else None)
+                           verified=v)
     if as_json:
         write_json_text(verdict_first(report.to_json()))
         return

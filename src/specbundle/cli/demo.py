@@ -243,10 +243,10 @@ def _isolated_side(transfer: Path, spec: BundleSpec, work: Path, run: _Run,
     with run.stage("render") as info:
         outs = []
         for each in (EngineName.LLAMACPP, EngineName.VLLM, EngineName.SGLANG):
-            res = render_bundle(mirror, spec.name, each, "shell", signed=verified.manifest)
+            res = render_bundle(mirror, spec.name, each, "shell", verified=verified)
             outs.append(str(res.out_dir))
         res = render_bundle(mirror, spec.name, EngineName.LLAMACPP, "systemd",
-                            signed=verified.manifest)
+                            verified=verified)
         outs.append(str(res.out_dir))
         info["out"] = outs
         info["summary"] = "shell manifests for llama.cpp, vLLM, SGLang; a systemd unit for " \

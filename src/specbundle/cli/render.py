@@ -75,7 +75,7 @@ def command(bundle: str, engine: str, target: str, out_dir: Path | None,
     v = verified(mirror, bundle, trust)
     res = render_bundle(mirror, bundle, engine, target, out_dir, image=image,
                         image_digest=image_digest, allow_unpinned_image=allow_unpinned_image,
-                        signed=v.manifest if v is not None else None)
+                        verified=v)
     if model_source == "oci" and oci_repo:
         from specbundle.cli.oci import render_from_registry
 

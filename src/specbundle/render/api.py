@@ -37,6 +37,7 @@ from specbundle.render.targets import TARGETS
 from specbundle.render.vllm import VLLMEngine
 from specbundle.schedule import apply_tuned, read_tuned
 from specbundle.spec import BundleSpec, EngineName, parse_spec
+from specbundle.verify import VerifiedBundle
 
 __all__ = [
     "ENGINES",
@@ -208,13 +209,14 @@ def lint_bundle(
     mirror: Mirror, name: str, *, engine: EngineName | str | None = None,
     target: str | None = None, allow_unpinned_image: bool = False,
     image: str | None = None, image_digest: str | None = None,
-    record: BundleRecord | None = None, signed: BundleManifest | None = None,
+    record: BundleRecord | None = None, verified: VerifiedBundle | None = None,
 ) -> LintReport:
     """Lint a pulled bundle for one engine (default: every engine its spec enables).
 
-    ``signed``: the verified manifest (``VerifiedBundle.manifest``); its record and image
-    records are used instead of the mirror's unsigned ones.
+    ``verified``: the verified bundle; its record and signed image records are used instead
+    of the mirror's unsigned ones.
     """
+    signed = verified.manifest if verified is not None else None
     if signed is not None:
         record = signed.record
     record = record if record is not None else mirror.load_bundle(name)
@@ -240,28 +242,31 @@ def render_bundle(
     mirror: Mirror, name: str, engine: EngineName | str, target: str,
     out_dir: Path | None = None, *, image: str | None = None, image_digest: str | None = None,
     allow_unpinned_image: bool = False, record: BundleRecord | None = None,
-    signed: BundleManifest | None = None,
+    verified: VerifiedBundle | None = None,
 ) -> RenderResult:
     """Lint, then render one engine x target; lint errors raise :class:`RenderError`.
 
-    ``signed``: the verified manifest (``VerifiedBundle.manifest``): its record and the image
-    records stored with that signed version are what is rendered. ``record``: a verified record
-    alone (no image record is then trusted beyond the mirror's). With neither, the unsigned
-    ``bundle.json`` is read (connected-side use only).
+    ``verified``: the verified bundle: its signed record, the image records stored with that
+    signed version and only tuned schedules its verification bound are what is rendered.
+    ``record``: a verified record alone (image records and schedules are then the mirror's).
+    With neither, the unsigned ``bundle.json`` is read (connected-side use only).
     """
     eng_name, eng = _engine(engine)
     tgt = _target(target)
+    signed = verified.manifest if verified is not None else None
     if signed is not None:
         record = signed.record
     record = record if record is not None else mirror.load_bundle(name)
     report = lint_bundle(mirror, name, engine=eng_name, target=target, image=image,
                          image_digest=image_digest, allow_unpinned_image=allow_unpinned_image,
-                         record=record, signed=signed)
+                         record=record, verified=verified)
     report.raise_for_errors()
     spec = _spec_of(record)
     ctx = _context(mirror, record,
                    image=_image_for(mirror, name, spec, eng_name, image, image_digest, signed))
-    ctx = replace(ctx, spec=apply_tuned(ctx.spec, read_tuned(mirror, name, eng_name.value)))
+    bound = verified.tuned_schedules if verified is not None else None
+    ctx = replace(ctx, spec=apply_tuned(ctx.spec, read_tuned(mirror, name, eng_name.value,
+                                                             bound=bound)))
     cmd, base = eng.build(ctx, speculation=True), eng.build(ctx, speculation=False)
     meta = RenderMeta(
         bundle=name, engine=eng_name, target_ref=f"{record.target.repo}@{record.target.commit}",

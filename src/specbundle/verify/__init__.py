@@ -118,6 +118,8 @@ class VerifiedBundle:
     paths: Mapping[str, Path]
     report: VerificationReport
     _token: object = field(repr=False, compare=False)
+    #: digests of tuned schedules bound by tune statements that eligible keys signed
+    tuned_schedules: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self._token is not _TOKEN:
@@ -264,7 +266,7 @@ def verify_bundle(
     problems += [Problem("malformed", "attestations.jsonl", m) for m in parse_problems]
     refs: dict[str, ArtifactRef] = {a.role: ArtifactRef(a.role, a.repo, a.commit, roots[a.role])
             for a in rec.artifacts if a.role in roots}
-    att_problems, signers = evaluate_attestations(envs, policy, name, refs,
+    att_problems, signers, schedules = evaluate_attestations(envs, policy, name, refs,
                                                   now or datetime.now(UTC), all_revoked,
                                                   man.scan_report_sha256)
     problems += att_problems
@@ -273,7 +275,7 @@ def verify_bundle(
     if problems or spec is None:
         raise BundleVerificationFailed(report)
     paths: dict[str, Path] = {a.role: mirror.snapshot_dir(a.repo, a.commit) for a in rec.artifacts}
-    return VerifiedBundle(rec, spec, man, paths, report, _TOKEN)
+    return VerifiedBundle(rec, spec, man, paths, report, _TOKEN, schedules)
 
 
 def _failed(name: str, policy: TrustPolicy, problems: list[Problem]

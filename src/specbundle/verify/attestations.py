@@ -24,7 +24,9 @@ from specbundle.attest import (
     Envelope,
     check_statement,
 )
+from specbundle.attest.predicates import TUNE_SCHEDULE_V1
 from specbundle.errors import VerificationError
+from specbundle.schedule import schedule_digest
 from specbundle.verify.diff import Problem, ProblemKind
 from specbundle.verify.policy import Requirement, TrustPolicy
 
@@ -169,8 +171,9 @@ def evaluate_attestations(
     envs: Sequence[Envelope], policy: TrustPolicy, bundle: str,
     arts: Mapping[str, ArtifactRef], now: datetime, revoked: Mapping[str, str] | None = None,
     scan_sha: str | None = None,
-) -> tuple[list[Problem], dict[str, dict[str, list[str]]]]:
-    """Problems, plus trusted signers per statement kind and role (for the verified result)."""
+) -> tuple[list[Problem], dict[str, dict[str, list[str]]], frozenset[str]]:
+    """Problems, trusted signers per statement kind and role (for the verified result), and
+    the tuned schedules eligible keys bound (see :func:`_bound_schedules`)."""
     stmts, problems = _open_all(envs, policy)
     for req in policy.requirements:
         for art in arts.values():
@@ -185,4 +188,29 @@ def evaluate_attestations(
             if kind and art.root in cs.statement.digests("sha256"):
                 signers.setdefault(kind, {}).setdefault(art.role, [])
                 signers[kind][art.role] = sorted(set(signers[kind][art.role]) | cs.signers)
-    return problems, signers
+    return problems, signers, _bound_schedules(stmts, policy, bundle, arts, revoked or {})
+
+
+def _bound_schedules(stmts: list[CheckedStatement], policy: TrustPolicy, bundle: str,
+                     arts: Mapping[str, ArtifactRef], revoked: Mapping[str, str]
+                     ) -> frozenset[str]:
+    """Digests of the tuned schedules that render and bench may put in force.
+
+    A tune statement binds its schedule only if it names every artifact's signed root (this
+    very bundle version) and a key signed it whose scope covers the bundle and all its repos
+    and that is not revoked: a key trusted for another bundle cannot retune this one.
+    """
+    repos = tuple(a.repo for a in arts.values())
+    eligible = {k.fingerprint for k in policy.keys
+                if k.may_sign_all(repos, bundle) and k.fingerprint not in revoked}
+    out: set[str] = set()
+    for cs in stmts:
+        st = cs.statement
+        if st.predicate_type != TUNE_SCHEDULE_V1 or not cs.signers & eligible or not arts:
+            continue
+        if not all(a.root in st.digests("sha256") for a in arts.values()):
+            continue
+        digest = schedule_digest(st.predicate.get("schedule"))
+        if digest is not None:
+            out.add(digest)
+    return frozenset(out)

@@ -1,0 +1,76 @@
+"""A tuned schedule is put in force only if a key eligible for the bundle signed it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specbundle import attest
+from specbundle.attest import Statement, append_attestation, artifact_subjects, sign_statement
+from specbundle.attest.predicates import TUNE_SCHEDULE_V1
+from specbundle.digest import sha256_bytes
+from specbundle.mirror import Mirror
+from specbundle.render import render_bundle
+from specbundle.schedule import SCHEDULE_FILE, Tier, TunedSchedule, read_tuned
+from specbundle.sign import bundle_manifest, sign_bundle
+from specbundle.verify import load_policy, verify_bundle
+from tests.sign.helpers import policy_doc, pulled_bundle, write_policy, write_scan_report
+
+
+def _tune_statement(mirror: Mirror, name: str, schedule: bytes, key: attest.SigningKey) -> None:
+    subjects = []
+    for art in mirror.load_bundle(name).artifacts:
+        root = bundle_manifest(mirror, art).root_digest
+        subjects += list(artifact_subjects(art.repo, root, art.commit, art.commit_kind))
+    st = Statement.build(subjects, TUNE_SCHEDULE_V1, {
+        "engine": "vllm", "runId": "r1",
+        "schedule": {"uri": f"specbundle:bundle/{name}/{SCHEDULE_FILE}",
+                     "digest": {"sha256": sha256_bytes(schedule)}}})
+    append_attestation(mirror, name, sign_statement(st, [key]))
+
+
+def _setup(tmp_path: Path) -> tuple[Mirror, attest.SigningKey, attest.SigningKey, Path, bytes]:
+    mirror = Mirror.open(tmp_path / "mirror", create=True)
+    pulled_bundle(tmp_path, mirror, "pair")
+    write_scan_report(mirror, "pair")
+    release, other = attest.generate_key("ecdsa-p256"), attest.generate_key("ecdsa-p256")
+    sign_bundle(mirror, "pair", [release])
+    doc = policy_doc({"release": release, "other": other})
+    doc["keys"][1]["bundles"] = ["some-other-bundle"]  # type: ignore[index]
+    policy = write_policy(tmp_path / "trust.yaml", doc)
+    sched = TunedSchedule("vllm", "r1", 4, (Tier(1, 3, None), Tier(2, 2, None))).to_bytes()
+    mirror.write_bundle_file("pair", SCHEDULE_FILE, sched)
+    return mirror, release, other, policy, sched
+
+
+def _k(tmp_path: Path, mirror: Mirror, policy: Path, out: str) -> list[str]:
+    v = verify_bundle(mirror, "pair", load_policy(policy))
+    res = render_bundle(mirror, "pair", "vllm", "shell", tmp_path / out, verified=v)
+    return list(res.command.args)
+
+
+def test_a_schedule_signed_by_a_key_scoped_to_another_bundle_is_not_applied(
+        tmp_path: Path) -> None:
+    mirror, _release, other, policy, sched = _setup(tmp_path)
+    _tune_statement(mirror, "pair", sched, other)
+    v = verify_bundle(mirror, "pair", load_policy(policy))  # the envelope itself verifies
+    assert v.tuned_schedules == frozenset()
+    assert read_tuned(mirror, "pair", "vllm", bound=v.tuned_schedules) is None
+    assert read_tuned(mirror, "pair", "vllm") is not None  # the unverified reading would
+    args = " ".join(_k(tmp_path, mirror, policy, "a")).replace(" ", "")
+    assert '"num_speculative_tokens":3' not in args and '"schedule"' not in args
+
+
+def test_a_schedule_signed_by_an_eligible_key_is_applied_and_only_as_signed(
+        tmp_path: Path) -> None:
+    mirror, release, _other, policy, sched = _setup(tmp_path)
+    _tune_statement(mirror, "pair", sched, release)
+    v = verify_bundle(mirror, "pair", load_policy(policy))
+    assert v.tuned_schedules == frozenset({sha256_bytes(sched)})
+    tuned = read_tuned(mirror, "pair", "vllm", bound=v.tuned_schedules)
+    assert tuned is not None and tuned.max_k == 3
+    args = " ".join(_k(tmp_path, mirror, policy, "b")).replace(" ", "")
+    assert '"num_speculative_tokens":3' in args
+    # swapped after verification: the new bytes are bound by nothing, so nothing is applied
+    forged = TunedSchedule("vllm", "r1", 7, (Tier(1, 7, None),)).to_bytes()
+    mirror.write_bundle_file("pair", SCHEDULE_FILE, forged)
+    assert read_tuned(mirror, "pair", "vllm", bound=v.tuned_schedules) is None
