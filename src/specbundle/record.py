@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from specbundle import ids
+from specbundle.digest import is_sha256
 from specbundle.errors import MirrorError
 
 __all__ = ["RECORD_SCHEMA", "ArtifactRecord", "BundleRecord", "FileEntry", "Role", "SkippedFile"]
@@ -130,6 +131,9 @@ class BundleRecord:
     created: str
     tool_version: str
     extra_blobs: tuple[str, ...] = field(default=())
+    #: sha256 of the benchmark prompts file shipped in the bundle folder (``bench.prompts_file``):
+    #: signed with the record, so the isolated side benchmarks only the prompts approved
+    prompts_sha256: str | None = None
 
     @property
     def artifacts(self) -> tuple[ArtifactRecord, ...]:
@@ -157,6 +161,8 @@ class BundleRecord:
             "created": self.created, "tool_version": self.tool_version,
             "artifacts": {a.role: a.to_json() for a in self.artifacts},
             "extra_blobs": sorted(self.extra_blobs),
+            # only when set: records written before the field existed keep their exact bytes
+            **({"prompts_sha256": self.prompts_sha256} if self.prompts_sha256 else {}),
         }
 
     @classmethod
@@ -171,4 +177,13 @@ class BundleRecord:
             target=ArtifactRecord.from_json(arts["target"]),
             draft=ArtifactRecord.from_json(arts["draft"]) if "draft" in arts else None,
             extra_blobs=tuple(d.get("extra_blobs", ())),
+            prompts_sha256=_sha256_or_none(d.get("prompts_sha256")),
         )
+
+
+def _sha256_or_none(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not is_sha256(value):
+        raise MirrorError("prompts_sha256 is not a sha256 hex digest")
+    return value

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import shutil
 from collections.abc import Iterator
@@ -35,8 +36,14 @@ from specbundle.bench.runner import (
 )
 from specbundle.bench.servers import attach, free_port, launch
 from specbundle.bench.verdict import bench_verdict
-from specbundle.bench.workload import Workload, default_workload, load_prompts_file
-from specbundle.errors import BenchError, SpecError
+from specbundle.bench.workload import (
+    Workload,
+    default_workload,
+    load_prompts_file,
+    prompts_from_bytes,
+)
+from specbundle.digest import sha256_bytes
+from specbundle.errors import BenchError, SpecError, VerificationError
 from specbundle.mirror import Mirror, utc_now
 from specbundle.record import BundleRecord
 from specbundle.render import render_bundle
@@ -60,17 +67,42 @@ def load_report(mirror: Mirror, name: str, run_id: str) -> BenchReport:
     return BenchReport.from_json(json.loads(data))
 
 
-def _workload(mirror: Mirror, rec: BundleRecord, spec: BundleSpec) -> Workload:
+def _workload(mirror: Mirror, rec: BundleRecord, spec: BundleSpec, *,
+              verified: bool = False) -> Workload:
+    """The benchmark prompts: only bytes something signed when the record is verified.
+
+    A prompts file in the bundle folder is used only as the bytes whose digest the record
+    names (``prompts_sha256``, set by pull and signed with the record); one in the target
+    snapshot is covered by the snapshot's signature. Swapped prompts would change what
+    admission measures, so a verified bundle whose prompts file neither covers fails closed;
+    the connected side (unverified record) may still read an unnamed file from the folder.
+    """
     rel = spec.bench.prompts_file
     if rel is None:
         return default_workload()
     if rel.startswith("/") or ".." in Path(rel).parts:
         raise SpecError("must be a relative path inside the bundle", field="bench.prompts_file")
-    candidates = [mirror.bundle_dir(rec.name) / rel,
-                  mirror.artifact_dir(rec.target) / rel]
-    for path in candidates:
-        if path.is_file():
-            return load_prompts_file(path)
+    in_bundle = mirror.bundle_dir(rec.name) / rel
+    if rec.prompts_sha256 is not None:
+        try:
+            if in_bundle.is_symlink():
+                raise OSError(errno.ELOOP, "is a symbolic link")
+            data = in_bundle.read_bytes()
+        except OSError as err:
+            raise SpecError(f"cannot read the bundle's prompts file {rel!r}: {err.strerror}",
+                            field="bench.prompts_file") from None
+        if sha256_bytes(data) != rec.prompts_sha256:
+            raise VerificationError(f"prompts file {rel!r} differs from the one the bundle "
+                                    "record signs", hint="pull and sign the bundle again")
+        return prompts_from_bytes(data, in_bundle)
+    if rel in {f.path for f in rec.target.files}:
+        return load_prompts_file(mirror.artifact_dir(rec.target) / rel)
+    if verified:
+        raise VerificationError(
+            f"prompts file {rel!r} is not covered by the signed record (a bundle pulled before "
+            "records named the prompts' digest)", hint="pull and sign the bundle again")
+    if in_bundle.is_file():
+        return load_prompts_file(in_bundle)
     raise SpecError(f"{rel!r} is in neither the bundle folder nor the target snapshot",
                     field="bench.prompts_file")
 
@@ -265,7 +297,7 @@ def run_bench(mirror: Mirror, name: str, *, engine: str = "llamacpp",
     if not opts.base_url and engine not in {e.value for e in spec.engines.enabled()}:
         raise BenchError(f"bundle {name!r} has no {engine} settings to render and run",
                          hint=f"enabled engines: {[e.value for e in spec.engines.enabled()]}")
-    workload = _workload(mirror, rec, spec)
+    workload = _workload(mirror, rec, spec, verified=verified is not None)
     run_id = opts.run_id or new_run_id()
     log_dir = mirror.tmp_dir / f"bench-{run_id}"
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ from specbundle.digest import sha256_bytes
 from specbundle.errors import SpecError
 
 __all__ = ["DEFAULT_PROMPTS", "WARMUP_PROMPTS", "Prompt", "Workload", "default_workload",
-           "load_prompts_file"]
+           "load_prompts_file", "prompts_from_bytes"]
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,12 @@ def load_prompts_file(path: Path) -> Workload:
         data = path.read_bytes()
     except OSError as err:
         raise SpecError(f"cannot read prompts file: {err.strerror}", file=str(path)) from None
+    return prompts_from_bytes(data, path)
+
+
+def prompts_from_bytes(data: bytes, path: Path) -> Workload:
+    """Prompts from the bytes of a prompts file (already read, e.g. checked by digest);
+    ``path`` gives the format (``.jsonl`` or text) and the name reported."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbundle import __version__, _faults
+from specbundle.digest import sha256_bytes
 from specbundle.errors import SourceUnavailable, SpecbundleError, SpecError, redact
 from specbundle.mirror import Mirror, utc_now
 from specbundle.mirror.lease import Lease
@@ -258,8 +259,10 @@ def _commit(spec: BundleSpec, mirror: Mirror, records: dict[str, ArtifactRecord]
         if spec.name in mirror.bundle_names():
             previous = mirror.load_bundle(spec.name)
         target, draft = records["target"], records.get("draft")
+        prompts_sha = sha256_bytes(prompts) if prompts is not None else None
         if (previous is not None and _same(previous.target, target)
-                and _same(previous.draft, draft) and previous.spec == dump_spec(spec)):
+                and _same(previous.draft, draft) and previous.spec == dump_spec(spec)
+                and previous.prompts_sha256 == prompts_sha):
             if not _logged(mirror, previous):  # a crash between record and event
                 mirror.append_event("pull", previous.name, _event_data(previous, None))
             return PullResult(previous, counts, unchanged=True,
@@ -273,6 +276,7 @@ def _commit(spec: BundleSpec, mirror: Mirror, records: dict[str, ArtifactRecord]
             created=utc_now(), tool_version=__version__,
             # blobs other stages attached (engine image archives) stay with the bundle
             extra_blobs=previous.extra_blobs if previous is not None else (),
+            prompts_sha256=prompts_sha,
         )
         _save_with_rollback(mirror, record, previous)
         return PullResult(record, counts, unchanged=False, notes=_publish(mirror, record))
