@@ -4,6 +4,7 @@ event log, SARIF, the CLI's exit codes, and the second-opinion scanners."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import sys
@@ -361,3 +362,46 @@ def test_second_opinions_report_in_a_stable_order(tmp_path: Path) -> None:
     assert [s.tool for s in out.second_opinions] == ["t0", "t1", "t2"]
     got = [(f.message.split(":")[0], f.file) for f in out.findings]
     assert got == [(f"t{i}", f"f{j}.pkl") for i in range(3) for j in range(4)]
+
+
+def test_an_interrupted_scan_leaves_no_second_opinion_running(tmp_path: Path) -> None:
+    """Ctrl-C while tools run: they are killed at once, not left to their timeouts."""
+    import time
+
+    from specbundle.scan.interface import CheckContext
+
+    pids = tmp_path / "pids"
+    code = f"import os, time; open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n'); time.sleep(60)"
+    tools = tuple(Tool(f"slow{i}", "specbundle", lambda: sys.executable,
+                       lambda exe, p: [exe, "-c", code, p],
+                       lambda rc, out: Verdict("clean", "")) for i in range(2))
+    check = SecondOpinionCheck()
+    check.tools = tools
+    for i in range(3):
+        (tmp_path / f"f{i}.pkl").write_bytes(b"\x80\x02}q\x00.")
+    calls = []
+
+    def progress(msg: str) -> None:
+        calls.append(msg)
+        if len(calls) == 3:
+            deadline = time.monotonic() + 20
+            while not pids.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)  # a tool is running when the interrupt comes
+            raise KeyboardInterrupt
+
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        check.run(CheckContext(trees=(walk_tree(tmp_path, "tree"),),
+                               options=ScanOptions(progress=progress,
+                                                   second_opinion_timeout_s=120)))
+    assert time.monotonic() - t0 < 30  # not the tools' 60 s, nor the 120 s timeout
+    started = [int(x) for x in pids.read_text().split()]
+    assert started
+    for pid in started:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        # a zombie (reaped later) is dead too; a live process would be a leak
+        status = Path(f"/proc/{pid}/status").read_text()
+        assert "State:\tZ" in status, status

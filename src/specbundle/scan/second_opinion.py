@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -183,8 +184,36 @@ def pickle_bytes(path: Path, kind: FileKind) -> int:
     return size
 
 
-def run_tool(tool: Tool, exe: str, path: Path, timeout: float, kind: FileKind | None = None
-             ) -> Verdict:
+class _Children:
+    """The tool subprocesses one check started, so that an interrupted check (Ctrl-C, an
+    error) kills them at once instead of leaving worker threads waiting on their timeouts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._stopped = False
+
+    def start(self, argv: list[str], home: str) -> subprocess.Popen[bytes] | None:
+        """A started tool, or None once the check is being stopped."""
+        with self._lock:
+            if self._stopped:
+                return None
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=_offline_env(home), cwd=home)
+            self._procs.append(proc)
+            return proc
+
+    def kill_all(self) -> None:
+        """Stop starting tools and kill the running ones."""
+        with self._lock:
+            self._stopped = True
+            for proc in self._procs:
+                if proc.poll() is None:
+                    proc.kill()
+
+
+def run_tool(tool: Tool, exe: str, path: Path, timeout: float, kind: FileKind | None = None,
+             children: _Children | None = None) -> Verdict:
     """Run one tool on one file, offline and time-limited (and size-limited, given its kind)."""
     if tool.max_pickle_bytes is not None and kind is not None:
         try:
@@ -197,14 +226,23 @@ def run_tool(tool: Tool, exe: str, path: Path, timeout: float, kind: FileKind | 
     with tempfile.TemporaryDirectory(prefix="specbundle-2nd-") as home:
         argv = [*offline_prefix(), *tool.argv(exe, str(path))]
         try:
-            proc = subprocess.run(argv, capture_output=True, timeout=timeout, check=False,
-                                  env=_offline_env(home), cwd=home)
-        except subprocess.TimeoutExpired:
-            return Verdict("failed", f"timed out after {timeout:g} s")
+            proc = (children or _Children()).start(argv, home)
         except OSError as err:
             return Verdict("failed", f"could not start: {err}")
-    out = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
-    return tool.verdict(proc.returncode, out)
+        if proc is None:
+            return Verdict("failed", "not run: the scan was interrupted")
+        try:
+            out, err_out = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return Verdict("failed", f"timed out after {timeout:g} s")
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+    text = out.decode(errors="replace") + err_out.decode(errors="replace")
+    return tool.verdict(proc.returncode, text)
 
 
 class SecondOpinionCheck(Check):
@@ -241,27 +279,35 @@ class SecondOpinionCheck(Check):
             jobs.append((i, tool, exe))
         # each run is a subprocess: threads only wait, the runs share the cores
         workers = max(1, min(len(jobs) * len(targets), os.cpu_count() or 1, 4))
+        children = _Children()
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {}
-            for i, tool, exe in jobs:
-                for role, rel, path, kind in targets:
-                    if ctx.options.progress:
-                        ctx.options.progress(f"{tool.name} {rel}")
-                    futures[(i, rel, role)] = pool.submit(
-                        run_tool, tool, exe, path, ctx.options.second_opinion_timeout_s, kind)
-            for i, tool, _exe in jobs:
-                statuses = []
-                for role, rel, _path, _kind in targets:
-                    v = futures[(i, rel, role)].result()
-                    statuses.append(v.status)
-                    if v.status != "clean":
-                        sev = Severity.MEDIUM if v.status == "inconclusive" else Severity.HIGH
-                        findings.append(finding(f"second-opinion.{v.status}", sev,
-                                                f"{tool.name}: {v.detail}", str(rel),
-                                                tool=tool.name).with_role(role))
-                status = next((s for s in ("failed", "flagged", "inconclusive")
-                               if s in statuses), "clean")
-                opinions[i] = SecondOpinion(tool.name, status, "", tool.version(), len(targets))
+            try:
+                futures = {}
+                for i, tool, exe in jobs:
+                    for role, rel, path, kind in targets:
+                        if ctx.options.progress:
+                            ctx.options.progress(f"{tool.name} {rel}")
+                        futures[(i, rel, role)] = pool.submit(
+                            run_tool, tool, exe, path, ctx.options.second_opinion_timeout_s,
+                            kind, children)
+                verdicts = {key: f.result() for key, f in futures.items()}
+            except BaseException:  # Ctrl-C or an error: no tool outlives the check
+                pool.shutdown(wait=False, cancel_futures=True)
+                children.kill_all()
+                raise
+        for i, tool, _exe in jobs:
+            statuses = []
+            for role, rel, _path, _kind in targets:
+                v = verdicts[(i, rel, role)]
+                statuses.append(v.status)
+                if v.status != "clean":
+                    sev = Severity.MEDIUM if v.status == "inconclusive" else Severity.HIGH
+                    findings.append(finding(f"second-opinion.{v.status}", sev,
+                                            f"{tool.name}: {v.detail}", str(rel),
+                                            tool=tool.name).with_role(role))
+            status = next((s for s in ("failed", "flagged", "inconclusive")
+                           if s in statuses), "clean")
+            opinions[i] = SecondOpinion(tool.name, status, "", tool.version(), len(targets))
         return CheckOutcome(findings=tuple(findings),
                             second_opinions=tuple(o for o in opinions if o is not None))
 
