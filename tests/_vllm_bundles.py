@@ -103,8 +103,14 @@ def vllm_doc(name: str, target: Path, draft: Path | None, *, method: str = "draf
 
 
 def pull(mirror: Mirror, doc: dict[str, Any]) -> str:
-    """Pull a ``dir:`` spec into the mirror (no hub, no network); returns the bundle name."""
-    pull_bundle(parse_spec(doc), mirror)
+    """Pull a ``dir:`` spec into the mirror (no hub, no network); returns the bundle name.
+
+    The prompts file ships beside the spec, as a user's would: pull copies it into the bundle
+    and the record names its digest, so a verified bench may use it.
+    """
     name = str(doc["metadata"]["name"])
-    mirror.write_bundle_file(name, PROMPTS_FILE, _PROMPTS_JSONL.encode())
+    spec_dir = mirror.root.parent / f"spec-{name}"
+    (spec_dir / PROMPTS_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (spec_dir / PROMPTS_FILE).write_bytes(_PROMPTS_JSONL.encode())
+    pull_bundle(parse_spec(doc), mirror, spec_dir=spec_dir)
     return name

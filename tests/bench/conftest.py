@@ -145,8 +145,11 @@ def bundle_doc(name: str, pair: SynthPair, *, levels: list[int],
 def pull_synth(mirror_root: Path, doc: dict[str, Any]) -> Mirror:
     """Pull a spec with ``dir:`` sources into the mirror (no hub, no network)."""
     mirror = Mirror.open(mirror_root, create=True)
-    pull_bundle(parse_spec(doc), mirror)
-    mirror.write_bundle_file(doc["metadata"]["name"], PROMPTS_FILE, SHORT_PROMPTS.encode())
+    # the prompts ship beside the spec: pull copies them and the record names their digest
+    spec_dir = mirror_root.parent / f"spec-{doc['metadata']['name']}"
+    (spec_dir / PROMPTS_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (spec_dir / PROMPTS_FILE).write_bytes(SHORT_PROMPTS.encode())
+    pull_bundle(parse_spec(doc), mirror, spec_dir=spec_dir)
     return mirror
 
 
