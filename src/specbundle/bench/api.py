@@ -126,9 +126,7 @@ class _Manifest:
         if opts.runtime not in ("shell", "docker"):
             raise BenchError(f"unknown runtime {opts.runtime!r}; allowed: shell, docker")
         self.mirror, self.opts, self.log_dir = mirror, opts, log_dir
-        result = (render_bundle(mirror, rec.name, engine, "shell", verified=verified)
-                  if verified is not None else
-                  render_bundle(mirror, rec.name, engine, "shell", record=rec))
+        result = render_bundle(mirror, rec.name, engine, "shell", record=rec, verified=verified)
         signed = verified.manifest if verified is not None else None
         self.spec_cmd, self.base_cmd = result.command, result.baseline
         scripts = [f for f in result.files if f.suffix == ".sh"]

@@ -217,8 +217,8 @@ def lint_bundle(
     of the mirror's unsigned ones.
     """
     signed = verified.manifest if verified is not None else None
-    if signed is not None:
-        record = signed.record
+    if verified is not None:
+        record = verified.record
     record = record if record is not None else mirror.load_bundle(name)
     spec = _spec_of(record)
     engines = (_engine(engine)[0],) if engine is not None else spec.engines.enabled()
@@ -254,8 +254,8 @@ def render_bundle(
     eng_name, eng = _engine(engine)
     tgt = _target(target)
     signed = verified.manifest if verified is not None else None
-    if signed is not None:
-        record = signed.record
+    if verified is not None:
+        record = verified.record
     record = record if record is not None else mirror.load_bundle(name)
     report = lint_bundle(mirror, name, engine=eng_name, target=target, image=image,
                          image_digest=image_digest, allow_unpinned_image=allow_unpinned_image,
