@@ -101,3 +101,25 @@ def test_the_docker_bench_runs_the_signed_image(tmp_path: Path) -> None:
     # no verified manifest (connected side): the bundle-level record
     plain = _Manifest(mirror, v.record, spec, "vllm", BenchOptions(runtime="docker"), log)
     assert plain.image.image_id == "sha256:" + "9" * 64
+
+
+def test_a_signed_image_record_with_duplicate_keys_is_refused(tmp_path: Path) -> None:
+    """Signed bytes are still parsed strictly: readers disagree on which duplicate wins."""
+    from specbundle.errors import RenderError
+    from specbundle.images.record import read_image_records
+    from specbundle.verify import load_policy
+
+    mirror = Mirror.open(tmp_path / "mirror", create=True)
+    pulled_bundle(tmp_path, mirror, "pair")
+    write_scan_report(mirror, "pair")
+    dup = _record(SIGNED)[:-1] + f', "repo_digest": "{SWAPPED}"}}'.encode()
+    mirror.write_bundle_file("pair", "images/vllm.json", dup)
+    key = attest.generate_key("ecdsa-p256")
+    sign_bundle(mirror, "pair", [key])
+    policy = write_policy(tmp_path / "trust.yaml", policy_doc({"release": key}))
+    v = verify_bundle(mirror, "pair", load_policy(policy))
+    with pytest.raises(RenderError, match="duplicate"):
+        render_bundle(mirror, "pair", "vllm", "compose", tmp_path / "out", verified=v)
+    with pytest.raises(VerificationError, match="duplicate"):
+        read_image_records(mirror, "pair", signed_version=v.manifest.version,
+                           signed_digests=v.manifest.images)

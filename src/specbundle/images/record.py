@@ -17,6 +17,7 @@ from specbundle._fsutil import canonical_json
 from specbundle.digest import is_sha256, sha256_bytes
 from specbundle.errors import MirrorError, VerificationError
 from specbundle.mirror import Mirror, versions
+from specbundle.strict import loads_json
 
 __all__ = ["IMAGE_RECORD_SCHEMA", "ImageRecord", "image_record_path", "read_image_records"]
 
@@ -132,8 +133,8 @@ def _signed_records(mirror: Mirror, name: str, version: int,
             raise VerificationError(f"signed manifest names an invalid engine {engine[:40]!r}")
         raw = versions.read_signed_file(mirror, name, version, image_record_path(engine), want)
         try:
-            rec = ImageRecord.from_json(json.loads(raw))
-        except (ValueError, AttributeError) as err:
+            rec = ImageRecord.from_json(loads_json(raw, what=f"image record {engine}"))
+        except (ValueError, AttributeError) as err:  # MalformedDocument is a ValueError
             raise VerificationError(f"signed image record for {engine} is unusable: {err}"
                                     ) from None
         if rec.engine != engine:

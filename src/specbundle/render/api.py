@@ -37,6 +37,7 @@ from specbundle.render.targets import TARGETS
 from specbundle.render.vllm import VLLMEngine
 from specbundle.schedule import apply_tuned, read_tuned
 from specbundle.spec import BundleSpec, EngineName, parse_spec
+from specbundle.strict import loads_json
 from specbundle.verify import VerifiedBundle
 
 __all__ = [
@@ -113,8 +114,8 @@ def _recorded_image(mirror: Mirror, name: str, engine: EngineName,
                                         signed.images[engine.value])
     if raw is None:
         return None
-    try:
-        doc = json.loads(raw)
+    try:  # strict: duplicate keys refused, depth and size bounded (a ValueError)
+        doc = loads_json(raw, what=rel)
         if doc.get("schema") != _IMAGE_RECORD_SCHEMA or doc.get("engine") != engine.value:
             raise ValueError("unknown schema or wrong engine")
         ref = doc.get("repo_digest") or doc["image_id"]
