@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,20 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 _SCRUB = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", "SPECBUNDLE_MIRROR",
           "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest,
+               ) -> Iterator[Path]:
+    """A test module's scratch folder, removed when the module ends.
+
+    Engine fixtures hold hundreds of MB each (models, mirrors, logs) and CI's free disk varies,
+    so a module's data must not outlive it; function folders of passing tests go at teardown
+    too (``tmp_path_retention_policy``).
+    """
+    path = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1][:40])
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -18,9 +18,9 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.integration]
 
 
 @pytest.fixture(scope="module")
-def admitted(tmp_path_factory: pytest.TempPathFactory, llama_server_bin: Path) -> Signed:
+def admitted(module_tmp: Path, llama_server_bin: Path) -> Signed:
     """A bad pair, benchmarked once and rejected: a signed FAILED decision with evidence."""
-    root = tmp_path_factory.mktemp("audit-admit")
+    root = module_tmp
     pair = make_pair(root / "pair", quality="bad", seed=7)
     s = signed_bundle(root, "bad", pair, levels=[1],
                       admission={"min_throughput_ratio_lower_bound": 1.0})

@@ -31,9 +31,9 @@ def _bench(root: Path, name: str, pair: SynthPair, binary: Path, **opts: Any) ->
 
 
 @pytest.fixture(scope="module")
-def good_report(tmp_path_factory: pytest.TempPathFactory, bench_pairs: dict[str, SynthPair],
+def good_report(module_tmp: Path, bench_pairs: dict[str, SynthPair],
                 llama_server_bin: Path) -> BenchReport:
-    return _bench(tmp_path_factory.mktemp("cm-good"), "good", bench_pairs["good"],
+    return _bench(module_tmp, "good", bench_pairs["good"],
                   llama_server_bin, rounds=4, max_rounds=8)
 
 

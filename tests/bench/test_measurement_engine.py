@@ -58,9 +58,9 @@ def test_a_draft_that_is_the_target_measures_c_near_one_and_is_rejected(
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory, bench_pairs: dict[str, SynthPair],
+def servers(module_tmp: Path, bench_pairs: dict[str, SynthPair],
             llama_server_bin: Path) -> Any:
-    root = tmp_path_factory.mktemp("floor")
+    root = module_tmp
     good, bad = bench_pairs["good"], bench_pairs["bad"]
     common = ["-np", "1", "--metrics", "-fa", "off"]
     with contextlib.ExitStack() as stack:

@@ -94,8 +94,8 @@ class Box:
 
 
 @pytest.fixture(scope="module")
-def box(tmp_path_factory: pytest.TempPathFactory, vllm_bin: Path) -> Box:
-    root = tmp_path_factory.mktemp("vllm-engine")
+def box(module_tmp: Path, vllm_bin: Path) -> Box:
+    root = module_tmp
     m = make_models(root / "models")
     mirror = Mirror.open(root / "mirror", create=True)
     docs = [

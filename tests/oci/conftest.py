@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -10,8 +11,8 @@ from tests.oci.registry import Registry, registry_available, run_registry
 
 
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+def registry(module_tmp: Path) -> Iterator[Registry]:
     if not registry_available():
         pytest.skip("docker-registry not installed (ci/install-registry.sh)")
-    with run_registry(tmp_path_factory.mktemp("registry")) as reg:
+    with run_registry(module_tmp) as reg:
         yield reg

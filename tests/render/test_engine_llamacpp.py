@@ -78,8 +78,8 @@ def _netns_prefix() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory: pytest.TempPathFactory, llama_server_bin: Path) -> Path:
-    root = tmp_path_factory.mktemp("render-engine")
+def rendered(module_tmp: Path, llama_server_bin: Path) -> Path:
+    root = module_tmp
     pair = make_pair(root / "pair", seed=3, hidden_size=128, intermediate_size=352,
                      target_layers=4, draft_layers=1)
     spec = parse_spec({

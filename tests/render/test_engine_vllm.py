@@ -77,8 +77,8 @@ class Judged:
 
 
 @pytest.fixture(scope="module")
-def judged(tmp_path_factory: pytest.TempPathFactory, vllm_bin: Path) -> Judged:
-    root = tmp_path_factory.mktemp("vllm-oracle")
+def judged(module_tmp: Path, vllm_bin: Path) -> Judged:
+    root = module_tmp
     models = make_models(root / "models")
     mirror = Mirror.open(root / "mirror", create=True)
     names: dict[str, str] = {}

@@ -8,6 +8,7 @@ fallbacks) is compared with what render emits and what lint says. Skips without 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -74,9 +75,9 @@ def _bundle(mirror: Mirror, name: str, changes: dict[str, Any]) -> BundleRecord:
 
 
 @pytest.fixture(scope="module")
-def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def verdicts(module_tmp: Path) -> dict[str, Any]:
     """Every case rendered, linted, and resolved by SGLang in one subprocess."""
-    mirror = Mirror.open(tmp_path_factory.mktemp("m") / "mirror", create=True)
+    mirror = Mirror.open(module_tmp / "mirror", create=True)
     argvs, lints = {}, {}
     for i, (case, (changes, spec_arm)) in enumerate(CASES.items()):
         rec = _bundle(mirror, f"pair-{i}", changes)  # no method word in the path

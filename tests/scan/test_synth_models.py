@@ -16,8 +16,8 @@ _FAST = ScanOptions(second_opinions=False)
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> SynthPair:
-    return make_pair(tmp_path_factory.mktemp("synth"), quality="good", hidden_size=64,
+def pair(module_tmp: Path) -> SynthPair:
+    return make_pair(module_tmp, quality="good", hidden_size=64,
                      intermediate_size=128, target_layers=2, num_attention_heads=4)
 
 
