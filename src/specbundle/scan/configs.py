@@ -25,6 +25,7 @@ __all__ = ["CONFIG_SUFFIXES", "ConfigCheck", "ConfigDoc", "find_key", "load_conf
 
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
 _MAX_DEPTH = 64
+_LEAVES = frozenset({str, int, float, bool, type(None)})  # what a JSON/YAML scalar parses to
 
 
 @dataclass(frozen=True)
@@ -75,11 +76,11 @@ def find_key(doc: Any, key: str) -> Iterator[tuple[str, Any]]:
     while stack:
         path, node = stack.pop()
         if isinstance(node, dict):
+            if key in node:  # at most one per object
+                yield (f"{path}.{key}" if path else key), node[key]
+            if set(map(type, node.values())) <= _LEAVES:
+                continue  # a weight map's thousands of strings: no Python loop, no path
             for k, v in reversed(node.items()):  # file order (the stack pops the last first)
-                # the path is built only for a hit or a container: a weight map's thousands of
-                # string values cost a comparison each, not a string each
-                if k == key:
-                    yield (f"{path}.{k}" if path else str(k)), v
                 if isinstance(v, (dict, list)):
                     stack.append(((f"{path}.{k}" if path else str(k)), v))
         elif isinstance(node, list):

@@ -119,16 +119,63 @@ def read_header(path: Path, max_header: int) -> StHeader:
             probs.append(("safetensors.metadata-suspicious", Severity.MEDIUM,
                           "__metadata__ holds template syntax or a shell command",
                           {"key": key[:80], "match": m.group(0)[:80]}))
-    tensors: dict[str, StTensor] = {}
     # one search over all names joined by a character the rule does not match (and that no
     # ".." can straddle); only a hit sends every name through the rule on its own
     names_clean = not _BAD_NAME.search("\x7f".join(doc))
-    for name, entry in doc.items():
-        t = _tensor(name, entry, probs, names_clean)
-        if t is not None:
-            tensors[name] = t
-    _layout(tensors, size - 8 - n, probs)
+    tensors = _well_formed(doc) if names_clean and _names_sized(doc) else None
+    if tensors is None:  # some entry is not: each one through the rule that names its problem
+        tensors = {}
+        for name, entry in doc.items():
+            t = _tensor(name, entry, probs, names_clean)
+            if t is not None:
+                tensors[name] = t
+    if not _tiles(tensors, size - 8 - n):
+        _layout(tensors, size - 8 - n, probs)
     return StHeader(tensors, meta, 8 + n, tuple(probs))
+
+
+def _names_sized(doc: dict[str, Any]) -> bool:
+    return not doc or (min(map(len, doc)) > 0 and max(map(len, doc)) <= _MAX_NAME)
+
+
+def _well_formed(doc: dict[str, Any]) -> dict[str, StTensor] | None:
+    """Every entry, if each passes all of :func:`_tensor`'s rules; else None (and nothing
+    is decided here: :func:`_tensor` then reports). One loop without a call per entry: a
+    checkpoint has thousands of entries and this is the warm scan's largest cost."""
+    out: dict[str, StTensor] = {}
+    bits_of, keys = DTYPE_BITS.get, _ENTRY_KEYS
+    for name, e in doc.items():
+        if type(e) is not dict or e.keys() != keys:
+            return None
+        dtype, shape, offs = e["dtype"], e["shape"], e["data_offsets"]
+        if type(dtype) is not str or type(shape) is not list or type(offs) is not list \
+                or len(offs) != 2:
+            return None
+        begin, end = offs
+        bits = bits_of(dtype)
+        # type() excludes bool, which JSON true/false become
+        if bits is None or type(begin) is not int or type(end) is not int \
+                or not 0 <= begin <= end:
+            return None
+        for d in shape:
+            if type(d) is not int or d < 0:
+                return None
+            bits *= d
+        if bits != (end - begin) * 8:  # whole bytes, and exactly the span
+            return None
+        out[name] = StTensor(dtype, tuple(shape), begin, end)
+    return out
+
+
+def _tiles(tensors: dict[str, StTensor], data_len: int) -> bool:
+    """Whether the spans tile ``[0, data_len)`` exactly (compared as lists, at C speed); only
+    when they do not does :func:`_layout` walk them to say where."""
+    if not tensors:
+        return data_len == 0
+    spans = sorted(zip(map(_BEGIN, tensors.values()), map(_END, tensors.values()),
+                       strict=True))
+    return (spans[0][0] == 0 and spans[-1][1] == data_len
+            and [b for b, _e in spans[1:]] == [e for _b, e in spans[:-1]])
 
 
 def _uint(x: object) -> bool:
@@ -270,7 +317,7 @@ class SafetensorsCheck(Check):
                 raise ValueError(cfg.problem[2])
             doc = cfg.doc
             wmap = doc["weight_map"]
-            if not isinstance(wmap, dict) or not all(isinstance(v, str) for v in wmap.values()):
+            if not isinstance(wmap, dict) or not set(map(type, wmap.values())) <= {str}:
                 raise TypeError("weight_map must map tensor names to shard names")
         except (ValueError, KeyError, TypeError) as err:
             yield finding("safetensors.index-json", Severity.HIGH, f"unusable index: {err}",

@@ -118,6 +118,10 @@ class TemplateCheck(Check):
         """Analyse and record every template."""
         findings: list[Finding] = []
         digests: list[TemplateDigest] = []
+        # a pair's trees (and a GGUF beside its tokenizer_config) mostly carry one template:
+        # analysed once per scan (parse, policy, compile and trial render: ~1 ms); keyed by the
+        # text itself, not its digest, which two texts differing only in escaped bytes share
+        verdicts: dict[str, list[tuple[str, Severity, str]]] = {}
         for tree in ctx.trees:
             for file, name, src in self._sources(ctx, tree):
                 if isinstance(src, _Oversize):
@@ -140,7 +144,9 @@ class TemplateCheck(Check):
                                             "to analyse", file,
                                             template=name).with_role(tree.role))
                     continue
-                for cid, sev, msg in analyse_template(src):
+                if src not in verdicts:
+                    verdicts[src] = analyse_template(src)
+                for cid, sev, msg in verdicts[src]:
                     findings.append(finding(cid, sev, f"template {name!r}: {msg}", file,
                                             template=name).with_role(tree.role))
         findings.extend(self._differs(digests))
