@@ -38,7 +38,8 @@ def test_plain_text_one_prompt_per_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("content", "match"), [
-    ('{"prompt": "a"}\nnot json\n', "line 2: invalid JSON"),
+    ('{"prompt": "a"}\nnot json\n', "line 2: not valid JSON"),
+    ('{"prompt": "a", "prompt": "b"}\n{"prompt": "c"}\n', "line 1: duplicate key 'prompt'"),
     ('{"prompt": ""}\n{"prompt": "b"}\n', "line 1: needs a non-empty"),
     ('{"id": 1, "prompt": "a"}\n{"id": 1, "prompt": "b"}\n', "unique"),
     ('{"prompt": "a"}\n', "at least two"),

@@ -9,7 +9,6 @@ PASSED one marks the bundle admitted, and a later rejection clears it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -34,6 +33,7 @@ from specbundle.digest import sha256_bytes
 from specbundle.errors import AdmissionRejected, SpecbundleError, UsageError
 from specbundle.mirror import Mirror, utc_now
 from specbundle.sign import bundle_manifest
+from specbundle.strict import loads_json
 from specbundle.verify import TrustPolicy, VerifiedBundle, verify_bundle
 
 __all__ = ["STATUS_FILE", "VERIFIER_ID", "Decision", "Rejected", "admit_bundle", "read_status"]
@@ -226,4 +226,4 @@ def admit_bundle(mirror: Mirror, name: str, *, policy: TrustPolicy, keys: Sequen
 def read_status(mirror: Mirror, name: str) -> dict[str, Any] | None:
     """The bundle's latest admission status, or ``None`` if it was never decided."""
     data = mirror.read_bundle_file(name, STATUS_FILE)
-    return None if data is None else dict(json.loads(data))
+    return None if data is None else dict(loads_json(data, what=STATUS_FILE))

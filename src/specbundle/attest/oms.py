@@ -36,6 +36,7 @@ from specbundle.attest.predicates import OMS_SIGNATURE_V1
 from specbundle.attest.statement import Statement, Subject, parse_statement
 from specbundle.digest import is_sha256
 from specbundle.errors import UsageError, VerificationError
+from specbundle.strict import loads_json
 
 __all__ = [
     "GIT_IGNORED_PATHS",
@@ -190,7 +191,7 @@ def open_model_sig(data: bytes, public: PublicKey) -> OmsManifest:
             predicate type, inconsistent root digest.
     """
     try:
-        bundle = json.loads(data)
+        bundle = loads_json(data, what="model.sig")
     except ValueError as err:
         raise MalformedEnvelope(f"model.sig is not JSON: {err}") from err
     if not isinstance(bundle, dict) or bundle.get("mediaType") != OMS_BUNDLE_MEDIA_TYPE:

@@ -19,7 +19,6 @@ often (``specbundle audit checkpoint``).
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any, Literal
 
 from specbundle.digest import sha256_bytes
 from specbundle.mirror import GENESIS
+from specbundle.strict import loads_json
 from specbundle.verify.revocations import read_events_lenient
 
 __all__ = ["ChainEntry", "ChainIssue", "ChainReport", "IssueKind", "read_events_lenient",
@@ -88,7 +88,7 @@ def _parse(lines: list[bytes]) -> tuple[list[ChainEntry], list[int]]:
     bad: list[int] = []
     for i, raw in enumerate(lines, start=1):
         try:
-            ev = json.loads(raw)
+            ev = loads_json(raw, what="event")
             seq, prev = ev["seq"], ev["prev"]
             if not isinstance(seq, int) or not isinstance(prev, str):
                 raise TypeError("seq/prev have the wrong type")

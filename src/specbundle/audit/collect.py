@@ -8,12 +8,9 @@ here trusts a file because it exists: a missing policy leaves signatures ``unver
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import yaml
 
 from specbundle.attest import (
     BENCH_EVIDENCE_V1,
@@ -41,11 +38,12 @@ from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.record import ArtifactRecord, BundleRecord
 from specbundle.scan.findings import ScanReport
 from specbundle.sign import bundle_manifest
-from specbundle.strict import loads_json
+from specbundle.strict import loads_json, loads_yaml, read_bounded
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = ["Predicates", "artifact_audit", "attestation_audits", "license_of", "purl", "scan_audit"]
 
+_MAX_CARD_BYTES = 16 * 1024 * 1024
 _FRONT_MATTER = re.compile(rb"\A---\s*\n(.*?)\n---\s*(\n|\Z)", re.S)
 
 
@@ -58,19 +56,20 @@ def license_of(mirror: Mirror, art: ArtifactRecord) -> tuple[str | None, str | N
     """License from the model card front matter, else ``config.json``; with where it was."""
     card = art.file("README.md")
     if card is not None and mirror.has_object(card.sha256):
-        m = _FRONT_MATTER.match(mirror.object_path(card.sha256).read_bytes())
-        if m:
-            try:
-                meta = yaml.safe_load(m.group(1))
-            except yaml.YAMLError:
-                meta = None
-            if isinstance(meta, dict) and meta.get("license"):
-                return str(meta["license"]), "README.md front matter"
+        # a hub file: bounded read, and the strict YAML loader (alias bombs, duplicate keys)
+        try:
+            m = _FRONT_MATTER.match(read_bounded(mirror.object_path(card.sha256),
+                                                 max_bytes=_MAX_CARD_BYTES))
+            meta = loads_yaml(m.group(1), what="README.md front matter") if m else None
+        except (OSError, ValueError):
+            meta = None
+        if isinstance(meta, dict) and meta.get("license"):
+            return str(meta["license"]), "README.md front matter"
     cfg = art.file("config.json")
     if cfg is not None and mirror.has_object(cfg.sha256):
         try:
-            conf = json.loads(mirror.object_path(cfg.sha256).read_bytes())
-        except ValueError:
+            conf = loads_json(read_bounded(mirror.object_path(cfg.sha256)), what="config.json")
+        except (OSError, ValueError):
             conf = None
         if isinstance(conf, dict) and conf.get("license"):
             return str(conf["license"]), "config.json"

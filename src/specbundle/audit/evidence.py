@@ -7,7 +7,6 @@ signed statement names, or an image archive that no longer hashes right, fails t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from specbundle.images import read_image_records
 from specbundle.mirror import Mirror, model_dir_name
 from specbundle.record import BundleRecord
 from specbundle.render.paths import model_aliases
+from specbundle.strict import loads_json
 
 __all__ = ["admissions", "bench_audits", "image_audits", "mentions", "render_audits"]
 
@@ -63,7 +63,7 @@ def bench_audits(
                     if ptype == BENCH_EVIDENCE_V1 and (mentions(pred, digest)
                                                        or mentions(pred, run_id))]
         try:
-            report = BenchReport.from_json(json.loads(data))
+            report = BenchReport.from_json(loads_json(data, what="bench report"))
         except (SpecbundleError, ValueError, KeyError, TypeError) as err:
             out.append(BenchAudit(run_id, "", "", digest, None, None, None, None, None, None,
                                   None, Link(f"bench {run_id}", "failed", f"unreadable: {err}")))

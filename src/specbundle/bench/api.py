@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import replace
@@ -49,6 +48,7 @@ from specbundle.record import BundleRecord
 from specbundle.render import render_bundle
 from specbundle.schedule import read_tuned
 from specbundle.spec import BundleSpec, parse_spec
+from specbundle.strict import MalformedDocument, loads_json
 from specbundle.verify import VerifiedBundle
 
 __all__ = ["load_report", "report_path", "run_bench"]
@@ -64,7 +64,11 @@ def load_report(mirror: Mirror, name: str, run_id: str) -> BenchReport:
     data = mirror.read_bundle_file(name, f"bench/{run_id}/report.json")
     if data is None:
         raise BenchError(f"bundle {name!r} has no bench run {run_id!r}")
-    return BenchReport.from_json(json.loads(data))
+    try:
+        doc = loads_json(data, what=f"bench report {run_id}")
+    except MalformedDocument as err:
+        raise BenchError(str(err)) from None
+    return BenchReport.from_json(doc)
 
 
 def _workload(mirror: Mirror, rec: BundleRecord, spec: BundleSpec, *,

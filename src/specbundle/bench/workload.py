@@ -15,6 +15,7 @@ from pathlib import Path
 
 from specbundle.digest import sha256_bytes
 from specbundle.errors import SpecError
+from specbundle.strict import MalformedDocument, loads_json
 
 __all__ = ["DEFAULT_PROMPTS", "WARMUP_PROMPTS", "Prompt", "Workload", "default_workload",
            "load_prompts_file", "prompts_from_bytes"]
@@ -125,9 +126,9 @@ def prompts_from_bytes(data: bytes, path: Path) -> Workload:
     if path.suffix == ".jsonl":
         for n, line in enumerate(lines, 1):
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise SpecError(f"line {n}: invalid JSON ({err.msg})", file=str(path)) from None
+                obj = loads_json(line, what=f"line {n}")
+            except MalformedDocument as err:
+                raise SpecError(str(err), file=str(path)) from None
             prompts.append(_from_json_line(obj, n, str(path)))
     else:
         prompts = [Prompt(f"p{n:04d}", "custom", ln) for n, ln in enumerate(lines, 1)]

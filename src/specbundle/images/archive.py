@@ -10,13 +10,13 @@ never extracted, so hostile paths inside the tarball cannot land anywhere.
 from __future__ import annotations
 
 import hashlib
-import json
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from specbundle.errors import VerificationError
+from specbundle.strict import loads_json
 
 __all__ = ["ArchiveInfo", "inspect_archive"]
 
@@ -67,7 +67,7 @@ def inspect_archive(source: Path | BinaryIO, *, check_layers: bool = True) -> Ar
         with (tarfile.open(source, mode="r:") if isinstance(source, Path)
               else tarfile.open(fileobj=source, mode="r:")) as tar:
             try:
-                manifest = json.loads(_read_member(tar, "manifest.json"))
+                manifest = loads_json(_read_member(tar, "manifest.json"), what="manifest.json")
             except KeyError:
                 raise VerificationError(f"{path}: no manifest.json; not an image archive") from None
             if not isinstance(manifest, list) or len(manifest) != 1:
@@ -77,7 +77,8 @@ def inspect_archive(source: Path | BinaryIO, *, check_layers: bool = True) -> Ar
             config = _read_member(tar, config_name)
             image_id = "sha256:" + hashlib.sha256(config).hexdigest()
             layers = tuple(str(x) for x in entry.get("Layers") or ())
-            diff_ids = tuple(json.loads(config).get("rootfs", {}).get("diff_ids") or ())
+            conf = loads_json(config, what="image config")
+            diff_ids = tuple(conf.get("rootfs", {}).get("diff_ids") or ())
             if len(diff_ids) != len(layers):
                 raise VerificationError(
                     f"{path}: config lists {len(diff_ids)} layers, manifest {len(layers)}"

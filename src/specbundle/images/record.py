@@ -7,7 +7,6 @@ content-addressed object in the mirror; its digest is also listed in the bundle 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -112,7 +111,7 @@ def read_image_records(mirror: Mirror, name: str, *, signed_version: int | None 
     folder = mirror.bundle_dir(name) / "images"
     for path in sorted(folder.glob("*.json")):
         try:
-            data = json.loads(path.read_bytes())
+            data = loads_json(path.read_bytes(), what=f"image record {path.name}")
         except (OSError, ValueError) as err:
             raise VerificationError(f"image record {path} is unreadable: {err}") from err
         rec = ImageRecord.from_json(data)

@@ -8,7 +8,6 @@ never know which one they have, so the layout path and the registry path share e
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any, Protocol
 
 from specbundle.errors import VerificationError
 from specbundle.oci.media import IMAGE_INDEX, Descriptor, dumps
+from specbundle.strict import loads_json
 
 __all__ = ["Backend", "BlobPush", "Progress", "bounded", "fallback_tag", "with_referrer"]
 
@@ -55,7 +55,7 @@ def with_referrer(existing: list[dict[str, Any]], data: bytes, media_type: str,
     """The fallback-tag index listing ``existing`` plus this manifest (None: already there)."""
     if any(d.get("digest") == digest for d in existing):
         return None
-    doc = json.loads(data)
+    doc = loads_json(data, what="referrer manifest")
     entry: dict[str, Any] = {"mediaType": media_type, "digest": digest, "size": len(data)}
     if doc.get("artifactType"):
         entry["artifactType"] = doc["artifactType"]

@@ -40,6 +40,7 @@ from specbundle.oci.media import (
     layer_media_type,
 )
 from specbundle.record import ArtifactRecord, BundleRecord
+from specbundle.strict import loads_json
 
 __all__ = ["Blob", "Doc", "Packed", "model_digests", "model_manifest", "pack_bundle"]
 
@@ -191,7 +192,7 @@ def pack_bundle(c: BundleContents) -> Packed:
 def _predicate_type(line: bytes) -> str:
     """For display only (``oras discover``); never trusted."""
     try:
-        payload = json.loads(base64.b64decode(json.loads(line)["payload"]))
+        payload = loads_json(base64.b64decode(loads_json(line)["payload"]))
         return str(payload.get("predicateType", ""))[:256]
     except (ValueError, KeyError, TypeError):
         return ""

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import ssl
 import threading
 from collections.abc import Generator, Iterator
@@ -222,7 +221,7 @@ class RegistryBackend:
                                      hint="docker login / a credential helper for this registry")
         code = ""
         try:
-            doc = json.loads(resp.content[:65536])
+            doc = loads_json(resp.content[:65536], what="registry error")
             code = str(doc["errors"][0]["code"])[:64]
         except (ValueError, KeyError, IndexError, TypeError):
             pass

@@ -167,7 +167,7 @@ def _draft_config(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
     try:
-        value = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        value = loads_json((path / "config.json").read_bytes(), what="draft config.json")
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None

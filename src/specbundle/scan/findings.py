@@ -7,7 +7,6 @@ finding, every template digest, every second opinion that did or did not run.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -17,6 +16,11 @@ from specbundle._fsutil import canonical_json
 from specbundle.digest import sha256_bytes
 from specbundle.errors import MirrorError
 from specbundle.scan.text import safe_text
+from specbundle.strict import loads_json
+
+# a report lists every file: a 30 000-file tree is ~5 MB, so the strict parser's 16 MB default
+# would refuse a legitimate one of ~100 000 files
+_MAX_REPORT_BYTES = 256 * 1024 * 1024
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -265,6 +269,7 @@ class ScanReport:
     def from_bytes(cls, data: bytes) -> ScanReport:
         """Parse stored report bytes."""
         try:
-            return cls.from_json(json.loads(data))
+            return cls.from_json(loads_json(data, max_bytes=_MAX_REPORT_BYTES,
+                                            what="scan report"))
         except (ValueError, KeyError, TypeError) as err:
             raise MirrorError(f"scan report is unreadable: {err}") from err
