@@ -30,10 +30,10 @@ from specbundle.attest import (
 from specbundle.bench import BenchOptions, BenchReport, run_bench
 from specbundle.bench.runner import Progress
 from specbundle.digest import sha256_bytes
-from specbundle.errors import AdmissionRejected, SpecbundleError, UsageError
+from specbundle.errors import AdmissionRejected, MirrorError, SpecbundleError, UsageError
 from specbundle.mirror import Mirror, utc_now
 from specbundle.sign import bundle_manifest
-from specbundle.strict import loads_json
+from specbundle.strict import MalformedDocument, loads_json
 from specbundle.verify import TrustPolicy, VerifiedBundle, verify_bundle
 
 __all__ = ["STATUS_FILE", "VERIFIER_ID", "Decision", "Rejected", "admit_bundle", "read_status"]
@@ -226,4 +226,12 @@ def admit_bundle(mirror: Mirror, name: str, *, policy: TrustPolicy, keys: Sequen
 def read_status(mirror: Mirror, name: str) -> dict[str, Any] | None:
     """The bundle's latest admission status, or ``None`` if it was never decided."""
     data = mirror.read_bundle_file(name, STATUS_FILE)
-    return None if data is None else dict(loads_json(data, what=STATUS_FILE))
+    if data is None:
+        return None
+    try:
+        doc = loads_json(data, what=STATUS_FILE)
+    except MalformedDocument as err:
+        raise MirrorError(f"bundle {name!r}: {err}") from None
+    if not isinstance(doc, dict):
+        raise MirrorError(f"bundle {name!r}: {STATUS_FILE} is not a JSON object")
+    return doc
