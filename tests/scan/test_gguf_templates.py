@@ -100,6 +100,40 @@ def test_oversized_template_is_recorded_not_analysed(tmp_path: Path) -> None:
     assert len(rep.templates) == 1
 
 
+def test_templates_past_the_scan_budget_are_blocked_not_analysed(tmp_path: Path) -> None:
+    """Analysis costs seconds per MB: many distinct large templates hit the scan's budget."""
+    from specbundle.scan import ScanOptions
+
+    (tmp_path / "additional_chat_templates").mkdir()
+    for i in range(4):
+        (tmp_path / "additional_chat_templates" / f"t{i}.jinja").write_text(
+            f"{{{{ messages[{i}] }}}}" + " " * 90)
+    opts = ScanOptions(second_opinions=False, max_template_total_bytes=250)
+    rep = scan_tree(tmp_path, options=opts)
+    over = [f for f in rep.findings if f.check_id == "template.size"]
+    assert [f.file for f in over] == ["additional_chat_templates/t2.jinja",
+                                      "additional_chat_templates/t3.jinja"], over
+    assert "not analysed" in over[0].message and rep.blocked
+    assert len(rep.templates) == 4  # every template still recorded by digest
+    assert not scan_tree(tmp_path, options=FAST).blocked  # within the default budget
+
+
+def test_one_template_in_many_places_is_analysed_once(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from specbundle.scan import templates
+
+    tpl = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    corpus.gguf_model(tmp_path / "model.gguf", template=tpl)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": tpl}))
+    (tmp_path / "chat_template.jinja").write_text(tpl)
+    calls: list[str] = []
+    real = templates.analyse_template
+    monkeypatch.setattr(templates, "analyse_template",
+                        lambda src, **kw: calls.append(src) or real(src, **kw))
+    rep = scan_tree(tmp_path, options=FAST)
+    assert len(rep.templates) == 3 and calls == [tpl] and not rep.blocked
+
+
 def test_tokenizer_config_templates(tmp_path: Path) -> None:
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": [
         {"name": "default", "template": "{% for m in messages %}{{ m.content }}{% endfor %}"},

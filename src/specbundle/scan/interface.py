@@ -33,6 +33,9 @@ class ScanOptions:
     max_safetensors_header: int = 100_000_000
     max_pickle_bytes: int = 256 * 1024 * 1024
     max_template_bytes: int = 1_000_000
+    # all distinct templates of one scan together: analysis costs ~8 s per MB (Jinja's parser
+    # and code generator), so many large templates would otherwise stall a scan for minutes
+    max_template_total_bytes: int = 2_000_000
     max_config_bytes: int = 64 * 1024 * 1024
     progress: Callable[[str], None] | None = field(default=None, compare=False)
 

@@ -143,11 +143,14 @@ def _well_formed(doc: dict[str, Any]) -> dict[str, StTensor] | None:
     is decided here: :func:`_tensor` then reports). One loop without a call per entry: a
     checkpoint has thousands of entries and this is the warm scan's largest cost."""
     out: dict[str, StTensor] = {}
-    bits_of, keys = DTYPE_BITS.get, _ENTRY_KEYS
+    bits_of, new = DTYPE_BITS.get, tuple.__new__  # a named tuple's own __new__ is Python code
     for name, e in doc.items():
-        if type(e) is not dict or e.keys() != keys:
+        if type(e) is not dict or len(e) != 3:
             return None
-        dtype, shape, offs = e["dtype"], e["shape"], e["data_offsets"]
+        try:  # three keys, these three: exactly _ENTRY_KEYS
+            dtype, shape, offs = e["dtype"], e["shape"], e["data_offsets"]
+        except KeyError:
+            return None
         if type(dtype) is not str or type(shape) is not list or type(offs) is not list \
                 or len(offs) != 2:
             return None
@@ -163,7 +166,7 @@ def _well_formed(doc: dict[str, Any]) -> dict[str, StTensor] | None:
             bits *= d
         if bits != (end - begin) * 8:  # whole bytes, and exactly the span
             return None
-        out[name] = StTensor(dtype, tuple(shape), begin, end)
+        out[name] = new(StTensor, (dtype, tuple(shape), begin, end))
     return out
 
 

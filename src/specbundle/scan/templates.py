@@ -122,6 +122,7 @@ class TemplateCheck(Check):
         # analysed once per scan (parse, policy, compile and trial render: ~1 ms); keyed by the
         # text itself, not its digest, which two texts differing only in escaped bytes share
         verdicts: dict[str, list[tuple[str, Severity, str]]] = {}
+        spent = 0  # bytes of distinct templates analysed (max_template_total_bytes)
         for tree in ctx.trees:
             for file, name, src in self._sources(ctx, tree):
                 if isinstance(src, _Oversize):
@@ -145,6 +146,15 @@ class TemplateCheck(Check):
                                             template=name).with_role(tree.role))
                     continue
                 if src not in verdicts:
+                    if spent + len(data) > ctx.options.max_template_total_bytes:
+                        findings.append(finding(
+                            "template.size", Severity.HIGH,
+                            f"template {name!r} ({len(data)} bytes) not analysed: the scan's "
+                            f"templates already total {spent} bytes (limit "
+                            f"{ctx.options.max_template_total_bytes})", file,
+                            template=name).with_role(tree.role))
+                        continue
+                    spent += len(data)
                     verdicts[src] = analyse_template(src)
                 for cid, sev, msg in verdicts[src]:
                     findings.append(finding(cid, sev, f"template {name!r}: {msg}", file,
