@@ -96,3 +96,17 @@ def test_fast_path_matches_the_per_entry_rules(tmp_path: Path, seed: int) -> Non
         slow_flagged += bool(probs) and len(tensors) == len(doc)  # one rule short of fast
     # every side was exercised: headers the fast path takes, and near misses it must not
     assert min(fast, slow_clean, slow_flagged) > ROUNDS // 10, (fast, slow_clean, slow_flagged)
+
+
+@pytest.mark.parametrize("shape", [[2**62] * 20_000, [10**400], [2**62] * 5_000 + [0]])
+def test_hostile_shapes_are_findings_in_linear_time(tmp_path: Path, shape: list[int]) -> None:
+    """Thousands of 2^62 dims made the element count a quadratic big-int product, and one
+    too large for a float crashed the report; a zero dim still makes an empty tensor."""
+    span = 0 if 0 in shape else 2
+    hb = json.dumps({"t": {"dtype": "F16", "shape": shape, "data_offsets": [0, span]}}).encode()
+    hb += b" " * (-len(hb) % 8)
+    path = tmp_path / "x.safetensors"
+    path.write_bytes(len(hb).to_bytes(8, "little") + hb + b"\0" * span)
+    got = sh.read_header(path, 1 << 27)
+    assert [p[0] for p in got.problems] == ([] if span == 0 else ["safetensors.size-mismatch"])
+    json.dumps([p[3] for p in got.problems])  # the evidence stays serialisable

@@ -163,8 +163,7 @@ def _well_formed(doc: dict[str, Any]) -> dict[str, StTensor] | None:
         for d in shape:
             if type(d) is not int or d < 0:
                 return None
-            bits *= d
-        if bits != (end - begin) * 8:  # whole bytes, and exactly the span
+        if _bits(shape, bits, (end - begin) * 8) != (end - begin) * 8:  # exactly the span
             return None
         out[name] = new(StTensor, (dtype, tuple(shape), begin, end))
     return out
@@ -209,15 +208,29 @@ def _tensor(name: str, entry: object,
                       "shape/data_offsets must be non-negative integers, begin <= end",
                       {"tensor": name}))
         return None
-    numel = 1
-    for d in shape:
-        numel *= d
-    bits = numel * bits_per
-    if bits % 8 or bits // 8 != offs[1] - offs[0]:
+    span = offs[1] - offs[0]
+    bits = _bits(shape, bits_per, span * 8)
+    if bits != span * 8:
         probs.append(("safetensors.size-mismatch", Severity.CRITICAL,
                       "shape x dtype does not equal the byte span",
-                      {"tensor": name, "expected_bytes": bits / 8, "span": offs[1] - offs[0]}))
+                      {"tensor": name, "span": span,
+                       "expected_bytes": bits / 8 if bits <= span * 8 else f"> {span}"}))
     return StTensor(dtype, tuple(shape), offs[0], offs[1])
+
+
+def _bits(shape: list[int], bits_per: int, cap: int) -> int:
+    """Elements x bits per element for non-negative ``shape``: exact up to ``cap``, past it
+    ``cap + 1``. Dims >= 1 only grow the product, so stopping there decides the same; a
+    hostile header's thousands of 2^62 dims would otherwise cost quadratic big-int time and
+    a product too large for any float."""
+    if 0 in shape:
+        return 0
+    bits = bits_per
+    for d in shape:
+        bits *= d
+        if bits > cap:
+            return cap + 1
+    return bits
 
 
 def _layout(tensors: dict[str, StTensor], data_len: int,
