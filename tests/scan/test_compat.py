@@ -116,6 +116,22 @@ def test_eagle3_bad_d2t(tmp_path: Path, d2t: np.ndarray | None, why: str) -> Non
     assert why in f.message or why in str(dict(f.evidence))
 
 
+def test_eagle3_vocab_past_the_cap_is_not_read(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """d2t/t2d are read whole: a vocabulary past the cap is a HIGH finding, not a read."""
+    from specbundle.scan import compat
+
+    d2t, t2d = _good_d2t()
+    t = corpus.hf_model(tmp_path / "target")
+    head = _eagle3(tmp_path, d2t=d2t, t2d=t2d)
+    monkeypatch.setattr(compat, "_MAX_VOCAB", 200)
+    read: list[str] = []
+    monkeypatch.setattr(compat, "tensor_bytes", lambda *a: read.append(a[2]) or b"")
+    rep = scan_tree(t, draft=head, method=SpecMethod.EAGLE3, options=FAST)
+    [f] = [f for f in rep.findings if f.check_id == "compat.d2t"]
+    assert "too large to analyse" in f.message and rep.blocked and read == []
+
+
 def test_eagle3_config_rules(tmp_path: Path) -> None:
     d2t, _ = _good_d2t()
     t = corpus.hf_model(tmp_path / "target")
