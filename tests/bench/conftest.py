@@ -55,7 +55,10 @@ async def _stream(request: web.Request) -> web.StreamResponse:
     chat = request.path.endswith("chat/completions")
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
+    # registered before the first byte: the client can read [DONE] and return before this
+    # handler runs another line, so a list appended at the end raced the test (seen in CI)
     sent: list[int] = []
+    cfg.sent_ns.append(sent)
     if chat:  # role-only opening chunk: not a token
         await resp.write(b'data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n')
     cum = 0
@@ -70,7 +73,6 @@ async def _stream(request: web.Request) -> web.StreamResponse:
              "timings": {"predicted_n": cum, "draft_n": 2 * cum, "draft_n_accepted": cum}}
     await resp.write(b": keep-alive comment\n\ndata: " + json.dumps(final).encode() + b"\n\n")
     await resp.write(b"data: [DONE]\n\n")
-    cfg.sent_ns.append(sent)
     return resp
 
 
