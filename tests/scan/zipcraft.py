@@ -22,6 +22,9 @@ class Member:
     method: int = 0
     local_name: str | None = None  # a local header naming something else
     local_size_delta: int = 0  # a local header with another size
+    local_extra: bytes = b""  # the local header's extra field
+    ext_attr: int = 0  # central external attributes (0x10: the DOS directory bit)
+    disk: int = 0  # central "disk number start"
 
 
 @dataclass
@@ -33,6 +36,7 @@ class Layout:
     overlap: bool = False  # the second central entry points into the first member
     zip64: bool = False  # write a zip64 end record and locator
     zip64_cd_delta: int = 0  # zip64 record's directory offset disagrees with the classic one
+    zip64_extensible: bytes = b""  # "extensible data" at the end of the zip64 end record
     second_eocd: bool = False  # a second end record after the first
     comment: bytes = b""
     extra_cd: list[Member] = field(default_factory=list)  # a second, shadow directory
@@ -42,13 +46,14 @@ def _local(m: Member, csize: int, crc: int) -> bytes:
     name = (m.local_name or m.name).encode()
     return struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, m.method, 0, 0, crc,
                        csize + m.local_size_delta, len(m.data) + m.local_size_delta,
-                       len(name), 0) + name
+                       len(name), len(m.local_extra)) + name + m.local_extra
 
 
 def _central(m: Member, csize: int, crc: int, offset: int) -> bytes:
     name = m.name.encode()
     return struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, m.method, 0, 0, crc,
-                       csize, len(m.data), len(name), 0, 0, 0, 0, 0, offset) + name
+                       csize, len(m.data), len(name), 0, 0, m.disk, 0, m.ext_attr,
+                       offset) + name
 
 
 def _payload(m: Member) -> bytes:
@@ -91,8 +96,8 @@ def build(members: list[Member], layout: Layout | None = None) -> bytes:
         rec_off = len(out)
         z64_cd = (shadow_off if lay.extra_cd else cd_off) + lay.zip64_cd_delta
         z64_size = len(shadow) if lay.extra_cd else len(cd)
-        out += struct.pack("<4sQHHIIQQQQ", b"PK\x06\x06", 44, 45, 45, 0, 0, n, n, z64_size,
-                           z64_cd)
+        out += struct.pack("<4sQHHIIQQQQ", b"PK\x06\x06", 44 + len(lay.zip64_extensible), 45,
+                           45, 0, 0, n, n, z64_size, z64_cd) + lay.zip64_extensible
         out += struct.pack("<4sIQI", b"PK\x06\x07", 0, rec_off, 1)
     cd_field = cd_off - len(lay.prefix) if lay.prefix else cd_off
     eocd = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, n, n, len(cd), cd_field,
@@ -107,3 +112,34 @@ def torch_members(data_pkl: bytes) -> list[Member]:
     """The members of a minimal torch checkpoint around ``data_pkl``."""
     return [Member("archive/data.pkl", data_pkl), Member("archive/byteorder", b"little"),
             Member("archive/data/0", b"\x00" * 16), Member("archive/version", b"3\n")]
+
+
+def torch_writer_layout(members: list[Member]) -> bytes:
+    """The archive as torch.save's miniz writer lays it out (zip64 mode, stored records).
+
+    Each local header has the data-descriptor flag and zero sizes, an ``FB`` extra field that
+    pads the data to a 64-byte boundary, and is followed by a zip64 data descriptor; the end
+    has a zip64 end record and locator before the classic end record.
+    """
+    out = bytearray()
+    cd = bytearray()
+    for m in members:
+        name = m.name.encode()
+        off = len(out)
+        start = off + 30 + len(name) + 4
+        pad = -start % 64
+        extra = b"FB" + struct.pack("<H", pad) + b"Z" * pad
+        crc = zlib.crc32(m.data)
+        out += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 0, 0x0008, 0, 0, 0x21, 0, 0, 0,
+                           len(name), len(extra)) + name + extra + m.data
+        out += struct.pack("<4sIQQ", b"PK\x07\x08", crc, len(m.data), len(m.data))
+        cd += struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 0x031E, 0, 0x0008, 0, 0, 0x21,
+                          crc, len(m.data), len(m.data), len(name), 0, 0, 0, 0, 0, off) + name
+    cd_off = len(out)
+    out += cd
+    n = len(members)
+    rec_off = len(out)
+    out += struct.pack("<4sQHHIIQQQQ", b"PK\x06\x06", 44, 0x031E, 45, 0, 0, n, n, len(cd), cd_off)
+    out += struct.pack("<4sIQI", b"PK\x06\x07", 0, rec_off, 1)
+    out += struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, n, n, len(cd), cd_off, 0)
+    return bytes(out)

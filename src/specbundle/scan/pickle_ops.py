@@ -165,9 +165,10 @@ def _generic(buf: _Buffer, op: pickletools.OpcodeInfo, p: int) -> tuple[object, 
         try:
             arg = op.arg.reader(view)
         except ValueError:
-            # a reader that ran out of bytes: read more (within the budget) and retry
+            # a reader that ran out of bytes: read more (within the budget) and retry; out of
+            # budget is "too large to tell", not "broken" (a huge STRING line hides what follows)
             if buf.base + len(buf.data) >= buf.limit:
-                raise
+                raise BudgetExceeded from None
             before = len(buf.data)
             try:
                 buf.need(len(buf.data) + 1, doubling=True)

@@ -23,7 +23,9 @@ from specbundle.scan.pickle_ops import BudgetExceeded, _Buffer, fast_ops
 from specbundle.scan.pickle_semantics import (
     _MAX_PROBLEMS,
     PickleProblem,
+    _Global,
     _State,
+    _step,
     _TooManyProblems,
 )
 
@@ -152,30 +154,78 @@ def walk_pickle(stream: IO[bytes], allowed: frozenset[str], *, max_bytes: int) -
 # for this many opcodes without ending is treated as a pickle (and the walk reports its size).
 _SNIFF_OPS = 2_000_000
 _CALL_OPS = frozenset({"REDUCE", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "BUILD"})
+# Every opcode that resolves a global (imports a module): STACK_GLOBAL needs no PROTO, so a
+# text file can carry it (after a lead byte taken as an argument: ``q\xc2\x93`` is valid UTF-8).
+_GLOBAL_OPS = frozenset({"GLOBAL", "INST", "STACK_GLOBAL"})
+_CONTAINER_OPS = frozenset({"APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS"})
+_BROKEN = (ValueError, UnicodeError, EOFError, OverflowError, struct.error, IndexError)
 
 
 def looks_like_pickle(data: bytes | IO[bytes], *, truncated: bool = False,
                       max_bytes: int = 1 << 30) -> bool:
     """Whether a stream (or bytes) is a pickle, protocol 0/1 text pickles included.
 
-    True when it parses to STOP, parses :data:`_SNIFF_OPS` opcodes without error, or parses a
-    GLOBAL/INST and a call before breaking (a nullifAI-style broken pickle).
+    True when it parses to STOP, parses :data:`_SNIFF_OPS` opcodes without error, or calls a
+    resolved global before breaking (a nullifAI-style broken pickle: the call already ran when a
+    loader reaches the break), judged on the stack the unpickler would have.
     ``truncated`` says bytes were cut from the end (a break there is no evidence against).
     """
     stream = io.BytesIO(data) if isinstance(data, bytes) else data
+    origin = stream.tell()
     ops, saw_global, saw_call = 0, False, False
     try:
         for op, _arg, _pos in fast_ops(stream, max_bytes):
             ops += 1
             if op.name == "STOP":
                 return ops >= 2
-            saw_call = saw_call or (saw_global and op.name in _CALL_OPS)
-            saw_global = saw_global or op.name in ("GLOBAL", "INST")
+            saw_global = saw_global or op.name in _GLOBAL_OPS
+            saw_call = saw_call or (saw_global and op.name in _CALL_OPS | _CONTAINER_OPS)
             if ops >= _SNIFF_OPS:
                 return True
     except BudgetExceeded:
-        return ops >= 2
-    except (ValueError, UnicodeError, EOFError, OverflowError, struct.error, IndexError):
-        # broken after a global and a call: the call already ran when a loader gets here
-        return saw_global and (saw_call or (truncated and ops >= 3))
+        return True  # still parsing as a pickle where the budget ends: too large to tell
+    except _BROKEN:
+        if truncated and saw_global and ops >= 3:
+            return True  # cut by the caller's window after a global: evidence enough
+        if saw_call:  # a candidate: replay it on a symbolic stack (rare, and short)
+            stream.seek(origin)
+            return _calls_before_break(stream, max_bytes)
+    return False
+
+
+def _calls_before_break(stream: IO[bytes], max_bytes: int) -> bool:
+    """Whether a stream that breaks first calls a resolved global (REDUCE, NEWOBJ, OBJ, INST,
+    BUILD or a container opcode on it), with the stack depth and marks the unpickler checks
+    before it calls: text that merely parses as a few opcodes (``cat\ndog\nbird``) is not a
+    pickle, a broken pickle whose call ran is."""
+    st = _State(frozenset())
+    try:
+        for op, arg, _pos in fast_ops(stream, max_bytes):
+            if _calls(st, op.name):
+                return True
+            _step(st, op, arg)
+            if any(p.check_id == "pickle.malformed" for p in st.problems):
+                return False  # the unpickler raises here, before any later call
+            st.problems.clear()  # unlisted globals are expected here, not problems
+    except (*_BROKEN, BudgetExceeded, _TooManyProblems):
+        pass
+    return False
+
+
+def _calls(st: _State, name: str) -> bool:
+    """Whether the opcode ``name``, applied to this state, calls code of a resolved global."""
+    stack, fence = st.stack, st.fence()
+    depth = len(stack) - fence
+    if name == "INST":
+        return bool(st.marks)  # resolves its class, then calls it with the items of a mark
+    if name == "OBJ":
+        return bool(st.marks) and len(stack) > st.marks[-1] and isinstance(
+            stack[st.marks[-1]], _Global)
+    below = {"REDUCE": 2, "NEWOBJ": 2, "BUILD": 2, "NEWOBJ_EX": 3, "APPEND": 2, "SETITEM": 3}
+    if name in below:
+        n = below[name]
+        return depth >= n and isinstance(stack[-n], _Global)
+    if name in _CONTAINER_OPS:  # APPENDS SETITEMS ADDITEMS: the object below the newest mark
+        return bool(st.marks) and st.marks[-1] > (st.marks[-2] if len(st.marks) > 1 else 0) \
+            and isinstance(stack[st.marks[-1] - 1], _Global)
     return False

@@ -11,11 +11,11 @@ from __future__ import annotations
 import io
 import re
 import struct
+import tarfile
 import tokenize
 import zipfile
 import zlib
 from collections.abc import Iterator
-from pathlib import PurePosixPath
 from typing import ClassVar
 
 import numpy as np
@@ -24,6 +24,7 @@ from numpy.lib import format as npformat
 from specbundle.scan.findings import CheckOutcome, Finding, Severity, finding
 from specbundle.scan.interface import Check, CheckContext
 from specbundle.scan.inventory import ArtifactTree, TreeFile
+from specbundle.scan.pickle_ops import BudgetExceeded, fast_ops
 from specbundle.scan.pickle_walker import (
     NUMPY_ALLOWED,
     STORAGE_TYPES,
@@ -85,6 +86,90 @@ def _storage_key(pid: tuple[object, ...], legacy: bool) -> str | None:
     return None
 
 
+_TAR_BLOCK = 512
+# Bytes per element of each legacy storage type (torch._utils._element_size).
+_ELEMENT_SIZE: dict[str, int] = {
+    "Double": 8, "Long": 8, "ComplexFloat": 8, "ComplexDouble": 16, "Float": 4, "Int": 4,
+    "QInt32": 4, "Half": 2, "BFloat16": 2, "Short": 2,
+}
+
+
+def _is_tar(head: bytes) -> bool:
+    """Whether ``tarfile`` accepts the first block as a tar header.
+
+    ``torch.load`` tries the legacy tar format first on any non-zip file (``tarfile.open``
+    succeeds on a valid first header, whatever follows) and unpickles its ``storages`` member:
+    a pickle that is also a tar has two readings.
+    """
+    try:
+        tarfile.TarInfo.frombuf(head, tarfile.ENCODING, "surrogateescape")
+    except (tarfile.TarError, ValueError, OverflowError, UnicodeError):
+        return False
+    return True
+
+
+def _storage_shape(pid: tuple[object, ...]) -> tuple[int, int]:
+    """(element size, number of elements) of a legacy storage persistent id."""
+    name = str(getattr(pid[1], "name", ""))
+    kind = name.removeprefix("torch.").removesuffix("Storage")
+    return _ELEMENT_SIZE.get(kind, 1), pid[4] if isinstance(pid[4], int) else -1
+
+
+def _string_list(fh: io.BufferedReader, size: int) -> list[str] | None:
+    """The strings of a pickled flat list of strings (legacy storage keys), or None if the
+    stream is anything else (then nothing can say where its storage data lies)."""
+    keys: list[str] = []
+    try:
+        for op, arg, _pos in fast_ops(fh, size):
+            if op.name in _KEY_STRING_OPS and isinstance(arg, str):
+                keys.append(arg)
+            elif op.name == "STOP":
+                return keys
+            elif op.name not in _KEY_LIST_OPS:
+                return None
+    except (ValueError, UnicodeError, EOFError, OverflowError, struct.error, IndexError,
+            BudgetExceeded):
+        return None
+    return None
+
+
+_KEY_STRING_OPS = frozenset({"BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8", "UNICODE",
+                             "STRING", "BINSTRING", "SHORT_BINSTRING"})
+_KEY_LIST_OPS = frozenset({"PROTO", "FRAME", "EMPTY_LIST", "MARK", "APPEND", "APPENDS", "LIST",
+                           "MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"})
+
+
+def _legacy_data_problem(fh: io.BufferedReader, start: int, size: int,
+                         keys: list[str] | None, storages: dict[str, tuple[int, int]]
+                         ) -> str | None:
+    """Why the bytes after a legacy checkpoint's pickles are not exactly its storage data.
+
+    ``torch.load`` reads, for each listed key in order, an int64 element count equal to the
+    storage's declared one and that many elements; bytes after the last storage are read by no
+    one (a payload behind valid headers). With no key listed it reads no data at all: the rest
+    is then bounded by what the declared storages could hold.
+    """
+    if keys is None:
+        return "the storage key list is not a plain list of strings"
+    if not keys:
+        bound = sum(8 + max(n, 0) * el for el, n in storages.values())
+        return (f"{size - start} bytes after the pickles, more than the declared storages "
+                f"hold ({bound})") if size - start > bound else None
+    pos = start
+    for key in keys:
+        if key not in storages:
+            return f"key {key!r} is not a storage of the checkpoint"
+        el, numel = storages[key]
+        fh.seek(pos)
+        head = fh.read(8)
+        if len(head) < 8 or int.from_bytes(head, "little") != numel:
+            return f"storage {key!r} does not start with its element count ({numel})"
+        pos += 8 + numel * el
+        if pos > size:
+            return f"storage {key!r} runs past the end of the file"
+    return f"{size - pos} bytes after the last storage" if pos != size else None
+
+
 class PickleCheck(Check):
     """Allow-list walk of every pickle stream; policy on pickles in the tree."""
 
@@ -97,7 +182,9 @@ class PickleCheck(Check):
         "pickle.unknown-opcode": "An opcode the walker does not know",
         "pickle.malformed": "Broken or truncated pickle stream",
         "pickle.budget": "Pickle larger than the scan budget",
-        "pickle.trailing-data": "Bytes after the pickle's STOP (stacked pickles)",
+        "pickle.trailing-data": "Bytes after the pickle's STOP, or after a legacy checkpoint's "
+                                "storage data",
+        "pickle.tar-ambiguous": "A pickle that is also a tar archive (torch.load reads the tar)",
         "pickle.persistent-id": "Persistent id that is not a torch storage reference",
         "pickle.zip-malformed": "Malformed zip checkpoint, or one zip readers read differently",
         "pickle.zip-member": "Zip member that is not part of a torch state dict",
@@ -119,11 +206,12 @@ class PickleCheck(Check):
 
     def _file(self, ctx: CheckContext, tree: ArtifactTree, f: TreeFile) -> Iterator[Finding]:
         kind = ctx.kind(f.path)
-        suffix = PurePosixPath(f.rel).suffix
         budget = ctx.options.max_pickle_bytes
         if kind is FileKind.PICKLE:
             found = list(self._raw(f, budget))
-        elif kind is FileKind.ZIP and suffix in (".bin", ".pt", ".pth", ".ckpt"):
+        elif kind is FileKind.ZIP:
+            # torch.load opens any name (``model.PT``, ``weights.Bin``, ``x.zip``): a zip is
+            # walked as a checkpoint whatever its suffix says
             found = list(self._zip(f, budget))
         elif kind is FileKind.NUMPY:
             found = list(self._npy(f, budget))
@@ -145,6 +233,11 @@ class PickleCheck(Check):
 
     def _raw(self, f: TreeFile, budget: int) -> Iterator[Finding]:
         with f.path.open("rb") as fh:
+            if _is_tar(fh.read(_TAR_BLOCK)):
+                yield finding("pickle.tar-ambiguous", Severity.CRITICAL,
+                              "the file is also a tar archive: torch.load reads it as a legacy "
+                              "tar checkpoint, not as the pickle walked here", f.rel)
+            fh.seek(0)
             first = walk_pickle(fh, TORCH_ALLOWED, max_bytes=budget)
             yield from _walk_findings(f.rel, first)
             if not first.complete:
@@ -177,6 +270,8 @@ class PickleCheck(Check):
     def _legacy(self, f: TreeFile, fh: io.BufferedReader, budget: int) -> Iterator[Finding]:
         """Legacy torch.save: magic, protocol, sys info, object, storage keys, raw data."""
         start = fh.tell()
+        storages: dict[str, tuple[int, int]] = {}
+        keys: list[str] | None = None
         for i in range(_LEGACY_PICKLES):
             fh.seek(start)
             walk = walk_pickle(fh, TORCH_ALLOWED, max_bytes=budget)
@@ -184,11 +279,22 @@ class PickleCheck(Check):
             if not walk.complete:
                 return
             for pid in walk.persistent_ids:
-                if _storage_key(pid, legacy=True) is None:
+                key = _storage_key(pid, legacy=True)
+                if key is None:
                     yield finding("pickle.persistent-id", Severity.CRITICAL,
                                   "persistent id is not a torch storage", f.rel,
                                   pid=repr(pid)[:200])
+                elif storages.setdefault(key, _storage_shape(pid)) != _storage_shape(pid):
+                    yield finding("pickle.persistent-id", Severity.HIGH,
+                                  f"storage {key!r} is declared with two sizes", f.rel)
+            if i == _LEGACY_PICKLES - 1:
+                fh.seek(start)
+                keys = _string_list(fh, walk.end)
             start += walk.end
+        why = _legacy_data_problem(fh, start, f.size, keys, storages)
+        if why:
+            yield finding("pickle.trailing-data", Severity.HIGH,
+                          f"legacy checkpoint storage data: {why}", f.rel, end=start)
 
     def _zip(self, f: TreeFile, budget: int) -> Iterator[Finding]:
         try:
@@ -253,6 +359,8 @@ class PickleCheck(Check):
         with f.path.open("rb") as fh:
             try:
                 version = npformat.read_magic(fh)
+                if version not in ((1, 0), (2, 0), (3, 0)):  # what numpy.load reads
+                    raise ValueError(f"unsupported format version {version}")
                 reader = (npformat.read_array_header_1_0 if version == (1, 0)
                           else npformat.read_array_header_2_0)
                 shape, _order, dtype = reader(fh)
@@ -269,5 +377,9 @@ class PickleCheck(Check):
                 return
             yield finding("pickle.npy-object", Severity.HIGH,
                           "object-dtype array: loading it unpickles its contents", f.rel)
+            start = fh.tell()
             walk = walk_pickle(fh, NUMPY_ALLOWED, max_bytes=budget)
         yield from _walk_findings(f.rel, walk, " (npy object payload)")
+        if walk.complete and start + walk.end != f.size:
+            yield finding("pickle.trailing-data", Severity.HIGH,
+                          "bytes after the object array's pickle", f.rel, end=start + walk.end)

@@ -84,10 +84,23 @@ def _zip64_extra(extra: bytes, want: list[str]) -> dict[str, int]:
 
 def _name(raw: bytes) -> str:
     # zipfile decodes non-UTF-8-flagged names as cp437, miniz keeps the bytes: only ASCII
-    # names read the same everywhere.
-    if not raw or any(b < 0x20 or b > 0x7E for b in raw):
-        raise ZipAmbiguity(f"member name {raw[:80]!r} is empty or not printable ASCII")
+    # names read the same everywhere; zipfile on Windows turns a backslash into a slash, miniz
+    # and torch never do (torch's writer splits the archive name on both), so no backslash.
+    if not raw or any(b < 0x20 or b > 0x7E for b in raw) or b"\\" in raw:
+        raise ZipAmbiguity(f"member name {raw[:80]!r} is empty, not printable ASCII or has a "
+                           "backslash")
     return raw.decode("ascii")
+
+
+def _local_zip64(extra: bytes) -> bytes | None:
+    """The data of the zip64 field (0x0001) of a local extra field, if it has one."""
+    i = 0
+    while i + 4 <= len(extra):
+        tag, n = struct.unpack_from("<HH", extra, i)
+        if tag == 1:
+            return extra[i + 4:i + 4 + n]
+        i += 4 + n
+    return None
 
 
 def _end_records(mm: mmap.mmap | bytes, size: int) -> tuple[int, int, int, int]:
@@ -119,6 +132,10 @@ def _end_records(mm: mmap.mmap | bytes, size: int) -> tuple[int, int, int, int]:
          r_cd_off) = struct.unpack("<4sQHHIIQQQQ", rec)
         if z_off + 12 + rec_size != eocd - 20:
             raise ZipAmbiguity("zip64 locator and zip64 end record disagree on its position")
+        if rec_size != 44:
+            # zipfile assumes no extensible data and reads the record 56 bytes before the
+            # locator; miniz follows the locator: with extensible data they read two records
+            raise ZipAmbiguity("zip64 end record with extensible data")
         if r_disk or r_cd_disk or r_n_disk != r_n_total:
             raise ZipAmbiguity("multi-disk zip64 archive")
         for name, classic, full, sentinel in (
@@ -150,7 +167,7 @@ def _central(mm: mmap.mmap | bytes, n_total: int, cd_size: int, cd_off: int) -> 
         if pos + 46 > end or mm[pos:pos + 4] != _CENTRAL:
             raise ZipAmbiguity("central directory entry count and size disagree")
         (_s, _made, _need, flags, method, _t, _d, crc, csize, usize, nlen, xlen, clen,
-         disk, _ia, _ea, off) = struct.unpack("<4sHHHHHHIIIHHHHHII", bytes(mm[pos:pos + 46]))
+         disk, _ia, ext_attr, off) = struct.unpack("<4sHHHHHHIIIHHHHHII", bytes(mm[pos:pos + 46]))
         if pos + 46 + nlen + xlen + clen > end:
             raise ZipAmbiguity("central directory entry runs past the directory")
         raw = bytes(mm[pos + 46:pos + 46 + nlen])
@@ -158,8 +175,12 @@ def _central(mm: mmap.mmap | bytes, n_total: int, cd_size: int, cd_off: int) -> 
         want = [k for k, v in (("usize", usize), ("csize", csize), ("off", off)) if v == _U32]
         z64 = _zip64_extra(extra, want)
         usize, csize, off = z64.get("usize", usize), z64.get("csize", csize), z64.get("off", off)
-        if disk not in (0, _U16):
+        if disk != 0:  # miniz refuses 0xFFFF (a zip64 disk number), zipfile ignores it
             raise ZipAmbiguity("multi-disk member")
+        if ext_attr & 0x10:
+            # miniz takes the DOS directory attribute for a directory and "extracts" nothing,
+            # leaving torch's buffer as it was, while zipfile reads the member's bytes
+            raise ZipAmbiguity(f"{raw[:80]!r}: member has the directory attribute")
         out.append((_name(raw), flags, method, crc, csize, usize, off, raw))
         pos += 46 + nlen + xlen + clen
     if pos != end:
@@ -199,6 +220,11 @@ def _local(mm: mmap.mmap | bytes, size: int, name: str, flags: int, method: int,
         z64 = _zip64_extra(extra, want)
         if (lcrc, z64.get("csize", lcsize), z64.get("usize", lusize)) != (crc, csize, usize):
             raise ZipAmbiguity(f"{name}: local header crc or sizes disagree with the central ones")
+        field = _local_zip64(extra)
+        # a local zip64 field always holds both sizes (a streaming reader takes them from it)
+        if field is not None and (len(field) < 16 or struct.unpack_from("<QQ", field) != (
+                usize, csize)):
+            raise ZipAmbiguity(f"{name}: local zip64 field disagrees with the central sizes")
         end = data + csize
     if end > size:
         raise ZipAmbiguity(f"{name}: member data runs past the end of the file")
@@ -286,14 +312,24 @@ def verify_crcs(path: Path, archive: ZipArchive, *, chunk: int = 1 << 20) -> Non
                 if not raw:
                     raise ZipAmbiguity(f"{e.name}: member data is cut short")
                 left -= len(raw)
-                if inflate is not None:
+                if inflate is None:
+                    crc, size = zlib.crc32(raw, crc), size + len(raw)
+                    if size > e.usize:
+                        raise ZipAmbiguity(f"{e.name}: member data exceeds its declared size")
+                    continue
+                pending, full = raw, True
+                while pending or full:
+                    # at most one chunk out per call (a bomb's declared size is no memory
+                    # budget); what the cap leaves unconsumed or unflushed comes next turn
+                    cap = min(chunk, e.usize - size + 1)
                     try:
-                        raw = inflate.decompress(raw, max(1, e.usize - size + 1))
+                        out = inflate.decompress(pending, cap)
                     except zlib.error as err:
                         raise ZipAmbiguity(f"{e.name}: bad deflate stream: {err}") from None
-                crc, size = zlib.crc32(raw, crc), size + len(raw)
-                if size > e.usize:
-                    raise ZipAmbiguity(f"{e.name}: inflates past its declared size")
+                    pending, full = inflate.unconsumed_tail, len(out) == cap
+                    crc, size = zlib.crc32(out, crc), size + len(out)
+                    if size > e.usize:
+                        raise ZipAmbiguity(f"{e.name}: inflates past its declared size")
             if inflate is not None and (not inflate.eof or inflate.unused_data):
                 raise ZipAmbiguity(f"{e.name}: deflate stream does not end with the member")
             if size != e.usize or crc != e.crc:
