@@ -64,12 +64,26 @@ _RANK = {s: i for i, s in enumerate(Severity)}
 Evidence = tuple[tuple[str, str], ...]
 
 
+# A report string longer than this is cut (a hostile file's names and values run to megabytes);
+# the cut text stays under the limit, so re-reading a report changes nothing.
+_MAX_TEXT = 16 * 1024
+
+
+def _text(value: str) -> str:
+    """``value`` escaped (see :mod:`.text`) and bounded to :data:`_MAX_TEXT` characters."""
+    out = safe_text(value)
+    if len(out) > _MAX_TEXT:
+        more = f"...[{len(out) - (_MAX_TEXT - 32)} more characters]"
+        out = out[:_MAX_TEXT - 32] + more
+    return out
+
+
 def _escape_fields(obj: object, *names: str) -> None:
     """Escape the named string fields of a frozen dataclass in place (see :mod:`.text`)."""
     for name in names:
         value = getattr(obj, name)
         if isinstance(value, str):
-            object.__setattr__(obj, name, safe_text(value))
+            object.__setattr__(obj, name, _text(value))
 
 
 @dataclass(frozen=True)
@@ -87,7 +101,7 @@ class Finding:
         # Every string may come from a hostile file: escape it once, here, for every writer.
         _escape_fields(self, "message", "file", "role")
         object.__setattr__(self, "evidence", tuple(
-            (safe_text(str(k)), safe_text(str(v))) for k, v in self.evidence))
+            (_text(str(k)), _text(str(v))) for k, v in self.evidence))
 
     def with_role(self, role: str) -> Finding:
         """The same finding attributed to an artifact role."""
@@ -203,6 +217,8 @@ class ScanReport:
 
     def __post_init__(self) -> None:
         _escape_fields(self, "subject")
+        object.__setattr__(self, "artifacts", tuple(
+            (_text(str(k)), _text(str(v))) for k, v in self.artifacts))
 
     def blocked_at(self, threshold: Severity) -> bool:
         """Whether any finding reaches ``threshold``, or a check crashed."""

@@ -6,11 +6,17 @@ and friends assert it, ``gguf_get_arr_data`` reads scores and token types as raw
 arrays of the vocabulary's length) must have that type; tensor data must sit exactly where
 llama.cpp computes it (each offset the padded sum of the previous tensors, in info order); and
 every byte of the file is covered: after the last tensor (or after the header when there are
-no tensors) only zero padding below the alignment may follow.
+no tensors) only zero padding below the alignment may follow. Every byte llama.cpp skips as
+padding (before the data, between tensors, after the last) must be zero, and the alignment stays
+small. llama.cpp reads names and string values as C strings (``gguf_find_key``'s ``strcmp``,
+``ggml_set_name``, the model's key/value map that holds the chat template), so a NUL in a key,
+a tensor name or a string value is a second reading: a ``tokenizer.chat_template\0x`` key is
+the template llama-server uses, and no other reader calls it one.
 """
 
 from __future__ import annotations
 
+import mmap
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,7 +46,8 @@ _TYPED: dict[str, tuple[GGUFValueType, GGUFValueType | None]] = {
     "general.architecture": (_V.STRING, None),
     "general.file_type": (_V.UINT32, None),
     "general.quantization_version": (_V.UINT32, None),
-    "general.name": (_V.STRING, None),
+    "general.name": (_V.STRING, None), "general.type": (_V.STRING, None),
+    "adapter.type": (_V.STRING, None), "adapter.lora.alpha": (_V.FLOAT32, None),
     "split.no": (_V.UINT16, None), "split.count": (_V.UINT16, None),
     "split.tensors.count": (_V.INT32, None),
     "tokenizer.ggml.model": (_V.STRING, None), "tokenizer.ggml.pre": (_V.STRING, None),
@@ -52,17 +59,31 @@ _TYPED: dict[str, tuple[GGUFValueType, GGUFValueType | None]] = {
     "tokenizer.ggml.add_eos_token": (_V.BOOL, None),
     "tokenizer.ggml.add_space_prefix": (_V.BOOL, None),
     "tokenizer.ggml.remove_extra_whitespaces": (_V.BOOL, None),
+    "tokenizer.ggml.add_sep_token": (_V.BOOL, None),
+    "tokenizer.ggml.token_type_count": (_V.UINT32, None),
     "tokenizer.chat_template": (_V.STRING, None),
 }
 _TOKEN_ID = re.compile(r"^tokenizer\.ggml\.\w+_token_id$")
 _CHARSMAP = "tokenizer.ggml.precompiled_charsmap"
 # Per-architecture hyperparameters llama-model-loader reads as u32 (or a u32 array per layer)
 # and f32; another type makes the engine refuse the file that another reader accepts.
-_ARCH_U32 = ("context_length", "embedding_length", "block_count", "feed_forward_length",
-             "attention.head_count", "attention.head_count_kv", "rope.dimension_count",
-             "expert_count", "expert_used_count", "vocab_size", "nextn_predict_layers")
-_ARCH_F32 = ("rope.freq_base", "attention.layer_norm_rms_epsilon",
-             "attention.layer_norm_epsilon")
+_ARCH_U32 = frozenset((
+    "context_length", "embedding_length", "block_count", "feed_forward_length",
+    "attention.head_count", "attention.head_count_kv", "rope.dimension_count",
+    "expert_count", "expert_used_count", "vocab_size", "nextn_predict_layers",
+    "leading_dense_block_count", "expert_feed_forward_length",
+    "expert_shared_feed_forward_length", "expert_shared_count", "expert_gating_func",
+    "attention.key_length", "attention.value_length", "attention.sliding_window",
+    "attention.q_lora_rank", "attention.kv_lora_rank", "rope.scaling.original_context_length",
+    "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank",
+    "ssm.group_count", "wkv.head_size", "pooling_type", "decoder_start_token_id"))
+_ARCH_F32 = frozenset((
+    "rope.freq_base", "attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon",
+    "attention.group_norm_epsilon", "rope.scaling.factor", "rope.scaling.attn_factor",
+    "expert_weights_scale", "logit_scale", "attn_logit_softcapping",
+    "final_logit_softcapping", "residual_scale", "embedding_scale", "attention.scale"))
+_ARCH_BOOL = frozenset(("rope.scaling.finetuned", "attention.causal", "use_parallel_residual",
+                        "expert_weights_norm"))
 
 
 def _want(key: str, arch: str | None) -> tuple[tuple[GGUFValueType, GGUFValueType | None],
@@ -81,6 +102,10 @@ def _want(key: str, arch: str | None) -> tuple[tuple[GGUFValueType, GGUFValueTyp
             return ((_V.UINT32, None), (_V.ARRAY, _V.UINT32), (_V.ARRAY, _V.INT32))
         if rest in _ARCH_F32:
             return ((_V.FLOAT32, None),)
+        if rest in _ARCH_BOOL:
+            return ((_V.BOOL, None),)
+        if rest == "rope.scaling.type":
+            return ((_V.STRING, None),)
     return None
 
 
@@ -90,6 +115,12 @@ def _name(t: tuple[GGUFValueType, GGUFValueType | None]) -> str:
 
 def _keys(h: GGUFHeader) -> Iterator[tuple[str, Severity, str]]:
     """Typed keys with another type, vocabulary arrays of another length, names not UTF-8."""
+    for name in h.nul:
+        yield ("gguf.key-name", Severity.CRITICAL, f"name {name!r} is empty or holds a NUL "
+               "(llama.cpp reads it up to the NUL, or refuses an empty key; others read all)")
+    for key in h.nul_values:
+        yield ("gguf.key-name", Severity.HIGH, f"the string value of {key!r} holds a NUL "
+               "(llama.cpp reads it up to the NUL, others read all of it)")
     for name in h.not_utf8:
         # gguf-py refuses such a key or tensor name, llama.cpp reads it: two readings
         yield ("gguf.encoding", Severity.HIGH, f"name {name!r} is not valid UTF-8 "
@@ -111,20 +142,54 @@ def _keys(h: GGUFHeader) -> Iterator[tuple[str, Severity, str]]:
                        "one per token, past the end of the array)")
 
 
-def _padding_problem(path: Path, start: int, size: int, alignment: int) -> str | None:
-    """Bytes after ``start``: at most alignment-1 zero bytes of padding may follow."""
-    if size <= start:
-        return None
-    if size - start >= alignment:
-        return f"{size - start} bytes after the last tensor (or the header)"
-    with path.open("rb") as fh:
-        fh.seek(start)
-        if fh.read(alignment).strip(b"\x00"):
-            return "non-zero bytes in the padding after the last tensor (or the header)"
-    return None
+# llama.cpp accepts any power of two; writers use 32 (the default) or 64. A huge alignment makes
+# room for that many bytes of "padding" before, between and after tensors.
+_MAX_ALIGNMENT = 1 << 16
+# Padding is read to check it is zero; past this total the file is too large to analyse.
+_MAX_PADDING_BYTES = 64 << 20
+
+
+def _pad(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+def _padding(h: GGUFHeader, path: Path, in_order: bool) -> Iterator[tuple[str, Severity, str]]:
+    """Every byte llama.cpp skips is zero padding: between the header and the data, between
+    tensors, and after the last one (at most alignment-1 bytes). Bytes there are a payload
+    behind a valid header, whatever the number of tensors."""
+    regions: list[tuple[int, int, str]] = []
+    if h.tensors:
+        regions.append((h.header_end, h.data_start, "between the header and the tensor data"))
+    if in_order:
+        for t in h.tensors:
+            start = h.data_start + t.offset + t.nbytes
+            regions.append((start, h.data_start + _pad(t.offset + t.nbytes, h.alignment),
+                            f"after tensor {t.name!r}"))
+    end = max((t.offset + t.nbytes for t in h.tensors), default=0)
+    last = h.data_start + end if h.tensors else h.header_end
+    if h.file_size - last >= h.alignment:
+        yield ("gguf.trailing-bytes", Severity.HIGH,
+               f"{h.file_size - last} bytes after the last tensor (or the header)")
+    else:
+        regions.append((last, h.file_size, "after the last tensor (or the header)"))
+    regions = [(a, min(b, h.file_size), why) for a, b, why in regions if a < min(b, h.file_size)]
+    if sum(b - a for a, b, _ in regions) > _MAX_PADDING_BYTES:
+        yield ("gguf.too-large", Severity.HIGH, "padding beyond "
+               f"{_MAX_PADDING_BYTES} bytes is too large to analyse")
+        return
+    if not regions:
+        return
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        for a, b, why in regions:
+            if mm[a:b].count(0) != b - a:
+                yield ("gguf.trailing-bytes", Severity.HIGH, f"non-zero padding {why}")
+                return
 
 
 def _layout(h: GGUFHeader, path: Path) -> Iterator[tuple[str, Severity, str]]:
+    if h.alignment > _MAX_ALIGNMENT:
+        yield ("gguf.alignment", Severity.HIGH, f"general.alignment {h.alignment} above "
+               f"{_MAX_ALIGNMENT} (room for hidden bytes in the padding)")
     names: set[str] = set()
     end = 0
     for t in sorted(h.tensors, key=lambda t: t.offset):
@@ -139,6 +204,7 @@ def _layout(h: GGUFHeader, path: Path) -> Iterator[tuple[str, Severity, str]]:
             yield "gguf.overlap", Severity.CRITICAL, f"{t.name}: overlaps the previous tensor"
         end = max(end, t.offset + t.nbytes)
     expected = 0
+    in_order = True
     for t in h.tensors:  # llama.cpp: each offset is the padded sum of the tensors before it
         if t.name_bytes >= _GGML_MAX_NAME:
             yield ("gguf.tensor-name", Severity.HIGH,
@@ -146,15 +212,30 @@ def _layout(h: GGUFHeader, path: Path) -> Iterator[tuple[str, Severity, str]]:
         if t.offset != expected:
             yield ("gguf.tensor-order", Severity.HIGH,
                    f"{t.name}: offset {t.offset}, llama.cpp expects {expected}")
+            in_order = False
             break
-        expected += -(-t.nbytes // h.alignment) * h.alignment
-    last = h.data_start + end if h.tensors else h.header_end
-    why = _padding_problem(path, last, h.file_size, h.alignment)
-    if why:
-        yield "gguf.trailing-bytes", Severity.HIGH, why
+        expected += _pad(t.nbytes, h.alignment)
+    if h.alignment <= _MAX_ALIGNMENT:
+        yield from _padding(h, path, in_order)
     if "general.architecture" not in h.kv:
         yield "gguf.metadata", Severity.MEDIUM, "general.architecture is missing"
     yield from _keys(h)
+
+
+_MAX_PER_RULE = 50  # findings of one rule per file; the rest are counted in one more
+
+
+def _capped(found: Iterator[tuple[str, Severity, str]]) -> Iterator[tuple[str, Severity, str]]:
+    """At most :data:`_MAX_PER_RULE` findings of each rule and severity, then one that counts
+    the rest: 10^5 hostile tensor infos must not make a report of 10^5 findings."""
+    seen: dict[tuple[str, Severity], int] = {}
+    for cid, sev, msg in found:
+        n = seen[cid, sev] = seen.get((cid, sev), 0) + 1
+        if n <= _MAX_PER_RULE:
+            yield cid, sev, msg
+    for (cid, sev), n in seen.items():
+        if n > _MAX_PER_RULE:
+            yield cid, sev, f"{n - _MAX_PER_RULE} more findings of this kind"
 
 
 class GGUFCheck(Check):
@@ -178,6 +259,7 @@ class GGUFCheck(Check):
         "gguf.tensor-order": "Tensor data not where llama.cpp computes it (padded, in order)",
         "gguf.too-large": "Metadata too large to analyse",
         "gguf.encoding": "A key or tensor name that is not valid UTF-8",
+        "gguf.key-name": "A name or string llama.cpp reads only up to a NUL (or an empty key)",
         "gguf.missing-file": "The spec's gguf_file is not in the artifact",
     }
 
@@ -199,7 +281,7 @@ class GGUFCheck(Check):
                     out.append(finding(err.check_id, sev, str(err), f.rel).with_role(tree.role))
                     continue
                 out.extend(finding(cid, sev, msg, f.rel).with_role(tree.role)
-                           for cid, sev, msg in _layout(h, f.path))
+                           for cid, sev, msg in _capped(_layout(h, f.path)))
         return CheckOutcome.of(out)
 
 

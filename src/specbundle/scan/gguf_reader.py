@@ -12,6 +12,7 @@ on top of the metadata itself, decoded only when an element is read.
 from __future__ import annotations
 
 import mmap
+import re
 import struct
 from array import array
 from collections.abc import Iterator, Sequence
@@ -25,15 +26,21 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 __all__ = ["GGUFFormatError", "GGUFHeader", "GGUFTensor", "StringArray", "read_gguf"]
 
 _MAX_KV = 1 << 16
-_MAX_TENSORS = 1 << 20
+# Real checkpoints hold thousands of tensors (a 671B MoE with merged experts: ~1 500); each
+# info costs a few microseconds of Python, so past this the header is too large to analyse.
+MAX_TENSORS = 1 << 17
 _MAX_KEY = 1 << 16
 _MAX_DIMS = 4
+# Scalar strings (chat templates, descriptions), all of them together: real ones stay below a
+# few MB. Each is decoded to a str, up to 4x its bytes (surrogate escapes next to astral
+# characters), so past this budget the metadata is too large to analyse.
+MAX_STRING_BYTES = 32 << 20
 # Real vocabularies stay below 10^6 tokens; beyond this an array is too large to analyse
 # (a HIGH finding), which bounds the per-element loop whatever the file says.
 MAX_ARRAY_ELEMENTS = 1 << 22
 # Real metadata (vocabulary included) stays below 100 MB; past this the header is too large
 # to analyse, so hostile metadata costs at most this many bytes of parsing.
-MAX_METADATA_BYTES = 1 << 30
+MAX_METADATA_BYTES = 512 << 20
 _SCALARS: dict[GGUFValueType, tuple[str, int]] = {
     GGUFValueType.UINT8: ("<B", 1), GGUFValueType.INT8: ("<b", 1),
     GGUFValueType.UINT16: ("<H", 2), GGUFValueType.INT16: ("<h", 2),
@@ -43,6 +50,7 @@ _SCALARS: dict[GGUFValueType, tuple[str, int]] = {
     GGUFValueType.FLOAT64: ("<d", 8),
 }
 _U64 = struct.Struct("<Q")
+_ESCAPED = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8 (surrogateescape)
 
 
 class GGUFFormatError(Exception):
@@ -119,11 +127,17 @@ class GGUFHeader:
     types: dict[str, tuple[GGUFValueType, GGUFValueType | None]]
     header_end: int = 0
     not_utf8: tuple[str, ...] = ()  # key and tensor names that are not valid UTF-8
+    # key and tensor names with a NUL, and keys whose scalar string value has one: llama.cpp
+    # reads them as C strings (gguf_find_key's strcmp, ggml_set_name, the model's key/value
+    # map), so it sees the text before the NUL where every other reader sees all of it
+    nul: tuple[str, ...] = ()
+    nul_values: tuple[str, ...] = ()
 
 
 class _Reader:
     def __init__(self, buf: mmap.mmap | bytes, size: int) -> None:
         self.buf, self.size, self.pos = buf, size, 0
+        self.string_bytes = 0  # scalar string bytes decoded so far
 
     @property
     def left(self) -> int:
@@ -159,24 +173,39 @@ class _Reader:
             raise GGUFFormatError("gguf.unknown-type", f"unknown value type {t}") from None
 
     def strings(self, count: int) -> StringArray:
-        """``count`` length-prefixed strings: one loop over offsets, no object per element."""
+        """``count`` length-prefixed strings: one loop over offsets, no object per element.
+        Offsets are 4 bytes each (an element is at least 8 on disk), so the array costs at most
+        1.5x its bytes; one past 4 GiB is beyond the metadata cap anyway."""
         start, buf, end = self.pos, self.buf, self.size
-        offsets = array("q")
+        offsets = array("I")
         append, unpack = offsets.append, _U64.unpack_from
         p = start
         try:
             for _ in range(count):
                 append(p - start)
                 p += 8 + unpack(buf, p)[0]
-        except (struct.error, OverflowError):
-            raise GGUFFormatError("gguf.bounds", "string array runs past the file") from None
+        except (struct.error, OverflowError) as err:
+            if isinstance(err, struct.error) or p > end:  # a lying or cut-off length
+                raise GGUFFormatError("gguf.bounds", "string array runs past the file") from None
+            raise GGUFFormatError("gguf.too-large", "string array beyond 4 GiB is too large to "
+                                  "analyse", too_large=True) from None
         if p > end:
             raise GGUFFormatError("gguf.bounds", "string array runs past the file")
+        if p - start > MAX_METADATA_BYTES:
+            raise GGUFFormatError("gguf.too-large", f"string array beyond {MAX_METADATA_BYTES} "
+                                  "bytes is too large to analyse", too_large=True)
         self.pos = p
         return StringArray(bytes(buf[start:p]), offsets)
 
     def value(self, vtype: GGUFValueType, key: str) -> tuple[Any, GGUFValueType | None]:
         if vtype is GGUFValueType.STRING:
+            (n,) = _U64.unpack_from(self.buf, self.pos) if self.left >= 8 else (0,)
+            if n <= self.left - 8:
+                self.string_bytes += n
+                if self.string_bytes > MAX_STRING_BYTES:
+                    raise GGUFFormatError("gguf.too-large", f"{key}: string values beyond "
+                                          f"{MAX_STRING_BYTES} bytes in all are too large to "
+                                          "analyse", too_large=True)
             return self.string("string value"), None
         if vtype is not GGUFValueType.ARRAY:
             fmt, n = _SCALARS[vtype]
@@ -230,9 +259,12 @@ def _parse(buf: mmap.mmap | bytes, size: int) -> GGUFHeader:
     if version not in (2, 3):
         raise GGUFFormatError("gguf.version", f"unsupported GGUF version {version}")
     n_tensors, n_kv = r.u64(), r.u64()
-    if n_kv > min(_MAX_KV, r.left // 13) or n_tensors > min(_MAX_TENSORS, r.left // 24):
+    if n_kv > r.left // 13 or n_tensors > r.left // 24:
         raise GGUFFormatError("gguf.bounds", f"implausible counts: {n_tensors} tensors, "
                               f"{n_kv} metadata entries for {size} bytes")
+    if n_kv > _MAX_KV or n_tensors > MAX_TENSORS:
+        raise GGUFFormatError("gguf.too-large", f"{n_tensors} tensors, {n_kv} metadata entries: "
+                              "too large to analyse", too_large=True)
     kv: dict[str, Any] = {}
     types: dict[str, tuple[GGUFValueType, GGUFValueType | None]] = {}
     for _ in range(n_kv):
@@ -247,7 +279,12 @@ def _parse(buf: mmap.mmap | bytes, size: int) -> GGUFHeader:
                                   "is too large to analyse", too_large=True)
     infos = [_tensor_info(r) for _ in range(n_tensors)]
     header_end = r.pos
-    not_utf8 = tuple(n for n in [*kv, *(t.name for t in infos)] if not _is_utf8(n))
+    names = [*kv, *(t.name for t in infos)]
+    joined = "\x01".join(names)  # one C-speed search; per-name only when something is found
+    not_utf8 = tuple(n for n in names if not _is_utf8(n)) if _ESCAPED.search(joined) else ()
+    nul = tuple(n for n in names if "\x00" in n or not n) if "\x00" in joined or "" in kv \
+        or any(not t.name for t in infos) else ()
+    nul_values = tuple(k for k, v in kv.items() if isinstance(v, str) and "\x00" in v)
     alignment = kv.get("general.alignment", 32)
     if types.get("general.alignment", (GGUFValueType.UINT32, None))[0] \
             is not GGUFValueType.UINT32:
@@ -258,12 +295,12 @@ def _parse(buf: mmap.mmap | bytes, size: int) -> GGUFHeader:
                               "power of two >= 8")
     data_start = -(-header_end // alignment) * alignment
     return GGUFHeader(version, kv, tuple(infos), alignment, data_start, size, types,
-                      header_end, not_utf8)
+                      header_end, not_utf8, nul, nul_values)
 
 
 def _is_utf8(name: str) -> bool:
     """Whether a name decoded with ``surrogateescape`` was valid UTF-8 on disk."""
-    return not any("\udc80" <= c <= "\udcff" for c in name)
+    return _ESCAPED.search(name) is None
 
 
 def read_gguf(path: Path) -> GGUFHeader:

@@ -41,10 +41,17 @@ _BAD_NAME = re.compile(r"[\x00-\x1f/\\]|\.\.")
 # Inert in safetensors, but metadata is shown in UIs, copied into model cards and templates,
 # and passed to shells by careless tooling: template syntax and shell pipelines are reported.
 _HOSTILE_META = re.compile(
-    r"\{\{|\{%|\{#|\$\{|\$\(|`|"                       # Jinja / shell / JS template syntax
-    r"\|\s*(sh|bash|zsh|python3?|perl|nc|ncat)\b|"           # piping into an interpreter
+    r"\{\{|\{%|\{#|\$\{|\$\(|`|<%|#\{|"                  # Jinja / shell / JS / ERB syntax
+    r"\|\s*(sh|bash|zsh|dash|ksh|python[0-9.]*|perl|ruby|php|node|nc|ncat|socat|"
+    r"powershell|pwsh|iex)\b|"                                  # piping into an interpreter
     r"\b(curl|wget)\s+\S|\brm\s+-[rf]|\bbase64\s+(-d|--decode)\b|"
-    r"&&|;\s*(sh|bash|curl|wget|rm|chmod)\b|/bin/(ba)?sh\b|\beval\s*\(|__import__")
+    r"\b(ba|z|da|k)?sh\s+-c\b|\b(python[0-9.]*|perl|ruby|node)\s+-[ce]\b|"
+    r"\bnc(at)?\s+(-\w+\s+)*-[el]\b|/dev/(tcp|udp)/|\bchmod\s+\+?[0-7x]|"
+    r"\bpowershell\b|\bpwsh\b|\bInvoke-Expression\b|"
+    r"&&|;\s*(sh|bash|curl|wget|rm|chmod|nc|python[0-9.]*)\b|/bin/(ba|z|da)?sh\b|"
+    r"\b(eval|exec|system|popen)\(|__\w+__|\bsubprocess\b|\bos\.system\b|"
+    r"<script\b|javascript:",
+    re.IGNORECASE)
 
 
 class StTensor(NamedTuple):
@@ -131,7 +138,31 @@ def read_header(path: Path, max_header: int) -> StHeader:
                 tensors[name] = t
     if not _tiles(tensors, size - 8 - n):
         _layout(tensors, size - 8 - n, probs)
-    return StHeader(tensors, meta, 8 + n, tuple(probs))
+    return StHeader(tensors, meta, 8 + n, _capped(probs))
+
+
+_MAX_PER_RULE = 50  # findings of one rule per file; the rest are counted in one more
+
+
+def _capped(probs: list[tuple[str, Severity, str, dict[str, object]]],
+            ) -> tuple[tuple[str, Severity, str, dict[str, object]], ...]:
+    """At most :data:`_MAX_PER_RULE` problems of each rule, plus one that counts the rest: a
+    hostile header of a million bad entries must not make a report of a million findings."""
+    seen: dict[str, int] = {}
+    for cid, *_ in probs:
+        seen[cid] = seen.get(cid, 0) + 1
+    if max(seen.values(), default=0) <= _MAX_PER_RULE:
+        return tuple(probs)
+    out, kept = [], dict.fromkeys(seen, 0)
+    for prob in probs:
+        cid, sev = prob[0], prob[1]
+        kept[cid] += 1
+        if kept[cid] <= _MAX_PER_RULE:
+            out.append(prob)
+        elif kept[cid] == _MAX_PER_RULE + 1:
+            out.append((cid, sev, f"{seen[cid] - _MAX_PER_RULE} more problems of this kind",
+                        {}))
+    return tuple(out)
 
 
 def _names_sized(doc: dict[str, Any]) -> bool:
@@ -261,6 +292,12 @@ def tensor_bytes(path: Path, header: StHeader, name: str) -> bytes:
         return fh.read(t.end - t.begin)
 
 
+def _sound(hdr: StHeader) -> bool:
+    """Whether the header parsed without a blocking problem (medium ones do not count: they
+    must not switch off the reference parser or the index checks)."""
+    return all(sev.rank < Severity.HIGH.rank for _c, sev, _m, _e in hdr.problems)
+
+
 def _reference_parser(path: Path) -> str | None:
     try:
         with safe_open(str(path), framework="numpy") as fh:
@@ -318,7 +355,7 @@ class SafetensorsCheck(Check):
     def _shard(self, f: TreeFile, hdr: StHeader) -> Iterator[Finding]:
         for cid, sev, msg, ev in hdr.problems:
             yield finding(cid, sev, msg, f.rel, **ev)
-        if not hdr.problems:
+        if _sound(hdr):  # a medium finding must not spare the file the reference parser
             err = _reference_parser(f.path)
             if err:
                 yield finding("safetensors.reference-parser", Severity.HIGH,
@@ -352,11 +389,11 @@ class SafetensorsCheck(Check):
         shard_hdr = {s: headers.get((base / s).as_posix()) for s in shards}
         # set differences find whether anything is wrong at C speed; the per-tensor loops that
         # say what, in the report's order, run only then (a clean index costs no Python loop)
-        if any(h is not None and not h.problems and not listed[s] <= h.tensors.keys()
+        if any(h is not None and _sound(h) and not listed[s] <= h.tensors.keys()
                for s, h in shard_hdr.items()):
             for tensor, shard in sorted(wmap.items()):
                 hdr = shard_hdr[shard]
-                if hdr is not None and not hdr.problems and tensor not in hdr.tensors:
+                if hdr is not None and _sound(hdr) and tensor not in hdr.tensors:
                     yield finding("safetensors.index-tensor-missing", Severity.HIGH,
                                   f"{tensor} is not in {shard}", idx.rel, tensor=tensor)
         seen: dict[str, str] = {}
@@ -387,7 +424,7 @@ class SafetensorsCheck(Check):
         declared = doc.get("metadata", {}).get("total_size") if isinstance(
             doc.get("metadata"), dict) else None
         if isinstance(declared, int) and declared != total and all(
-            not headers[(base / s).as_posix()].problems for s in shards
+            _sound(headers[(base / s).as_posix()]) for s in shards
             if (base / s).as_posix() in headers
         ):
             yield finding("safetensors.index-total-size", Severity.MEDIUM,
