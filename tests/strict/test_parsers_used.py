@@ -22,6 +22,9 @@ LENIENT: dict[str, str] = {
     "strict.py": "the strict parser itself",
     "scan/jsonfile.py": "the scanner's own strict parse, and the lenient read of configs that "
                         "the config check has already parsed strictly (and blocks on)",
+    "scan/configs.py": "the lenient readings (last or first duplicate wins, NaN, comments) that "
+                       "transformers and other readers make of a config the strict parse has "
+                       "already refused (HIGH): searched so that a payload only they see is found",
     "render/lint.py": "JSON in a rendered engine argv, read as the engine's own json.loads",
     "render/rules_cmd.py": "JSON in a rendered engine argv, read as the engine's own json.loads",
     "bench/tune.py": "JSON in a rendered engine argv, read as the engine's own json.loads",

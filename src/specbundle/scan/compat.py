@@ -14,11 +14,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from specbundle.scan.compat_vocab import compare_gguf_vocab, compare_tokenizers
+from specbundle.scan.configs import load_config
 from specbundle.scan.findings import CheckOutcome, Finding, Severity, finding
 from specbundle.scan.gguf_header import GGUFHeader, load_gguf
 from specbundle.scan.interface import Check, CheckContext
 from specbundle.scan.inventory import ArtifactTree, TreeFile
-from specbundle.scan.jsonfile import load_json
 from specbundle.scan.safetensors_header import StHeader, read_header, tensor_bytes
 from specbundle.spec import SpecMethod
 
@@ -39,11 +39,11 @@ _MAX_MTP_LAYERS = 64
 _MAX_VOCAB = 1 << 24
 
 
-def _config(tree: ArtifactTree) -> dict[str, Any]:
+def _config(ctx: CheckContext, tree: ArtifactTree) -> dict[str, Any]:
     f = tree.file("config.json")
     if f is None:
         return {}
-    doc = load_json(f.path)
+    doc = load_config(ctx, f).doc  # the config check's parse (its problems are its findings)
     if not isinstance(doc, dict):
         return {}
     nested = doc.get("transformer_layer_config")  # speculators format
@@ -133,7 +133,7 @@ class CompatCheck(Check):
 
     def _pair(self, ctx: CheckContext, target: ArtifactTree,
               draft: ArtifactTree) -> Iterator[Finding]:
-        tcfg, dcfg = _config(target), _config(draft)
+        tcfg, dcfg = _config(ctx, target), _config(ctx, draft)
         kind = draft_kind(dcfg) if dcfg else "draft_model"
         method = ctx.method or SpecMethod.DRAFT_MODEL
         if (method in (SpecMethod.DRAFT_MODEL, SpecMethod.EAGLE, SpecMethod.EAGLE3,
@@ -154,7 +154,8 @@ class CompatCheck(Check):
         if pair[0] and pair[1]:
             yield from compare_gguf_vocab(pair[0][1], pair[1][1], pair[1][0])
         if target.file("config.json") or draft.file("config.json"):
-            yield from compare_tokenizers(target, draft)
+            yield from compare_tokenizers(target, draft,
+                                          load=lambda f: load_config(ctx, f).doc)
             if _int(tcfg, "vocab_size") != _int(dcfg, "vocab_size"):
                 yield finding("compat.vocab-size", Severity.HIGH, "vocab_size differs",
                               "config.json", target=tcfg.get("vocab_size"),
@@ -241,7 +242,7 @@ class CompatCheck(Check):
                               "t2d is not bool [vocab_size] consistent with d2t", tf.rel)
 
     def _mtp(self, ctx: CheckContext, target: ArtifactTree) -> Iterator[Finding]:
-        cfg = _config(target)
+        cfg = _config(ctx, target)
         n = next((v for k in _MTP_KEYS if (v := _int(cfg, k))), None)
         layers = _int(cfg, "num_hidden_layers")
         if not cfg:

@@ -9,16 +9,16 @@ token is named. For GGUF pairs the rule is llama.cpp's own (``common/speculative
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeGuard
 
 import numpy as np
 
-from specbundle._fsutil import canonical_json
 from specbundle.digest import hash_file, sha256_bytes
 from specbundle.scan.findings import Finding, Severity, finding
 from specbundle.scan.gguf_header import GGUFHeader, StringArray
-from specbundle.scan.inventory import ArtifactTree
+from specbundle.scan.inventory import ArtifactTree, TreeFile
 from specbundle.scan.jsonfile import load_json
 
 __all__ = ["TOKENIZER_FILES", "compare_gguf_vocab", "compare_tokenizers"]
@@ -32,13 +32,29 @@ SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
 SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
 
 
+# tokenizer files are hashed whole: real ones are at most tens of MB, so a larger one (a sparse
+# 1 TB merges.txt) is not compared at all (a HIGH finding, never minutes of hashing)
+MAX_TOKENIZER_FILE = 512 * 1024 * 1024
+
+
 def _digests(tree: ArtifactTree) -> dict[str, str]:
     return {n: hash_file(f.path) for n in TOKENIZER_FILES if (f := tree.file(n)) is not None}
 
 
-def _load(tree: ArtifactTree, name: str) -> Any:
-    f = tree.file(name)
-    return None if f is None else load_json(f.path)
+def _load_file(f: TreeFile) -> Any:
+    return load_json(f.path)
+
+
+def _semantic(doc: dict[str, Any]) -> str | None:
+    """Digest of the parts of a tokenizer.json that decide tokenisation, or None when they
+    cannot be serialised (NaN, lone surrogates and deep nesting are hostile input, not a
+    crash: the caller then reports the files as differing)."""
+    try:
+        text = json.dumps({k: doc.get(k) for k in _SEMANTIC_KEYS}, sort_keys=True,
+                          separators=(",", ":"), ensure_ascii=True, allow_nan=True)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return sha256_bytes(text.encode("ascii"))
 
 
 def _vocab(doc: Any) -> dict[int, str]:
@@ -63,8 +79,19 @@ def _first_difference(a: dict[int, str], b: dict[int, str]) -> tuple[int, str | 
     return -1, None, None
 
 
-def compare_tokenizers(target: ArtifactTree, draft: ArtifactTree) -> Iterator[Finding]:
-    """Findings when the HF tokenizer files of target and draft are not the same tokenizer."""
+def compare_tokenizers(target: ArtifactTree, draft: ArtifactTree, *,
+                       load: Callable[[TreeFile], Any] = _load_file) -> Iterator[Finding]:
+    """Findings when the HF tokenizer files of target and draft are not the same tokenizer.
+
+    ``load`` reads a JSON file (the scan passes its shared, bounded config parse).
+    """
+    big = [(t.role, f.rel) for t in (target, draft) for n in TOKENIZER_FILES
+           if (f := t.file(n)) is not None and f.size > MAX_TOKENIZER_FILE]
+    if big:
+        yield finding("compat.tokenizer-mismatch", Severity.HIGH,
+                      f"cannot verify the tokenizer: {big[0][1]} of the {big[0][0]} is larger "
+                      f"than {MAX_TOKENIZER_FILE} bytes (too large to compare)", big[0][1])
+        return
     dt, dd = _digests(target), _digests(draft)
     if not dd or not dt:
         yield finding("compat.tokenizer-mismatch", Severity.HIGH,
@@ -75,11 +102,12 @@ def compare_tokenizers(target: ArtifactTree, draft: ArtifactTree) -> Iterator[Fi
     differing = sorted(n for n in set(dt) | set(dd) if dt.get(n) != dd.get(n))
     if not differing:
         return
-    tj, dj = _load(target, "tokenizer.json"), _load(draft, "tokenizer.json")
+    ft, fd = target.file("tokenizer.json"), draft.file("tokenizer.json")
+    tj = None if ft is None else load(ft)
+    dj = None if fd is None else load(fd)
     if differing == ["tokenizer.json"] and isinstance(tj, dict) and isinstance(dj, dict):
-        sem_t = sha256_bytes(canonical_json({k: tj.get(k) for k in _SEMANTIC_KEYS}))
-        sem_d = sha256_bytes(canonical_json({k: dj.get(k) for k in _SEMANTIC_KEYS}))
-        if sem_t == sem_d:
+        sem_t, sem_d = _semantic(tj), _semantic(dj)
+        if sem_t is not None and sem_t == sem_d:
             yield finding("compat.tokenizer-format", Severity.INFO,
                           "tokenizer.json differs only in formatting", "tokenizer.json")
             return

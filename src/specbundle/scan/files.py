@@ -19,13 +19,62 @@ from specbundle.scan.findings import CheckOutcome, Finding, Severity, finding
 from specbundle.scan.interface import Check, CheckContext
 from specbundle.scan.inventory import ArtifactTree
 from specbundle.scan.sniff import ARCHIVE_KINDS, EXECUTABLE_KINDS, FileKind, expected_kinds
-from specbundle.scan.text import hidden_chars
+from specbundle.scan.text import hidden_chars, is_invisible
 
 __all__ = ["FilesCheck", "name_problem"]
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _MAX_COMPONENT = 255
 _MAX_PATH = 1024
+# characters Windows refuses in a name (':' also opens an NTFS alternate data stream)
+_WINDOWS_FORBIDDEN = frozenset('<>:"|?*')
+# device names Windows opens instead of a file, whatever the extension (CON.json is the console)
+_WINDOWS_DEVICES = frozenset(
+    {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$", "CLOCK$"}
+    | {f"{d}{n}" for d in ("COM", "LPT") for n in (*"0123456789", "\u00b9", "\u00b2", "\u00b3")})
+# scripts whose letters are look-alikes of Latin ones (Cyrillic 'о' in 'mоdel.safetensors')
+_CONFUSABLE_SCRIPTS = frozenset({"CYRILLIC", "GREEK", "ARMENIAN", "CHEROKEE", "COPTIC", "LISU",
+                                 "GEORGIAN", "CANADIAN", "TIFINAGH", "VAI", "BAMUM"})
+# letters of those scripts that render like a Latin letter; a word made only of them reads as
+# Latin (whole-script confusable)
+_HOMOGLYPHS = frozenset("авекмнорстухіјѕԁһӏԛԝүАВЕКМНОРСТУХІЈЅҮԌԚԜ"
+                        "οανικρτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ" "օսցհոՏՕ")
+_WORD = re.compile(r"[^\W\d_]+")  # runs of letters (and the marks Python's \w admits)
+_COMBINING = frozenset({"Mn", "Me", "Mc"})
+
+
+def _component_problem(part: str) -> str | None:
+    """Why one path component is unsafe on some platform or in some UI, or None."""
+    if part.endswith((".", " ")) or part.startswith(" "):
+        return "leading/trailing space or trailing dot (Windows strips it: another file's name)"
+    if _WINDOWS_FORBIDDEN.intersection(part):
+        return "character Windows refuses or reads as a data stream (<>:\"|?*)"
+    if part.split(".", 1)[0].rstrip(" ").upper() in _WINDOWS_DEVICES:
+        return "reserved Windows device name"
+    if part.isascii():
+        return None
+    if unicodedata.normalize("NFKC", part) != unicodedata.normalize("NFC", part):
+        # fullwidth, mathematical, ligature, superscript forms: they look like other letters
+        return "compatibility characters that look like other characters (NFKC differs)"
+    prev = ""
+    rtl = False
+    for c in part:
+        if unicodedata.category(c) in _COMBINING and (not prev or prev.isascii()):
+            return "combining mark on an ASCII character (the name looks like another one)"
+        rtl = rtl or unicodedata.bidirectional(c) in ("R", "AL")
+        prev = c
+    if rtl and any(c.isascii() and c.isalnum() for c in part):
+        # right-to-left letters reorder the Latin around them on screen ('txt.exe' shown
+        # with its parts swapped): the displayed name is not the name the engine opens
+        return "right-to-left letters mixed with Latin (the displayed order is not the real one)"
+    for word in _WORD.findall(part):
+        scripts = {"LATIN" if c.isascii() else unicodedata.name(c, "?").split(" ", 1)[0]
+                   for c in word}
+        look_alike = scripts & _CONFUSABLE_SCRIPTS
+        if look_alike and ("LATIN" in scripts or all(c in _HOMOGLYPHS for c in word)):
+            # 'mоdel' (Cyrillic о among Latin) or 'рое' (all Cyrillic, reads as Latin 'poe')
+            return "letters that look like Latin ones (" + "/".join(sorted(look_alike)) + ")"
+    return None
 
 
 def name_problem(path: str) -> str | None:
@@ -38,21 +87,39 @@ def name_problem(path: str) -> str | None:
         return "absolute, drive or UNC path"
     hidden = hidden_chars(path)
     if hidden:
-        # bidi overrides, zero-width and C0/C1 controls make a UI show another name or
-        # extension than the one the engines open (and non-UTF-8 bytes arrive as surrogates)
+        # bidi overrides, zero-width, tags, variation selectors, fillers and C0/C1 controls
+        # make a UI show another name or extension than the one the engines open (and
+        # non-UTF-8 bytes arrive as surrogates)
         return "hidden or control character in name: " + ", ".join(hidden[:4])
     parts = path.split("/")
     if any(p in ("", ".", "..") for p in parts):
         return "empty, '.' or '..' path component"
-    if len(path.encode()) > _MAX_PATH or any(len(p.encode()) > _MAX_COMPONENT for p in parts):
+    if len(path.encode("utf-8", "surrogatepass")) > _MAX_PATH or any(
+            len(p.encode("utf-8", "surrogatepass")) > _MAX_COMPONENT for p in parts):
         return "name too long"
+    for p in parts:
+        why = _component_problem(p)
+        if why:
+            return why
     return None
 
 
+def _fold(part: str) -> str:
+    """A component as a case-insensitive, normalising, dot-stripping file system sees it."""
+    if not part.isascii():
+        part = "".join(c for c in unicodedata.normalize("NFKC", part) if not is_invisible(c))
+    return part.rstrip(". ").casefold()
+
+
 def _collisions(names: list[str]) -> Iterator[tuple[str, list[str]]]:
-    groups: dict[str, list[str]] = defaultdict(list)
+    """Names (files, and the folders they imply) that one file system would make one."""
+    groups: dict[str, set[str]] = defaultdict(set)
     for n in names:
-        groups[unicodedata.normalize("NFC", n).casefold()].append(n)
+        parts = n.split("/")
+        key = ""
+        for i, part in enumerate(parts):
+            key = f"{key}/{_fold(part)}" if i else _fold(part)
+            groups[key].add("/".join(parts[:i + 1]))
     for key, members in sorted(groups.items()):
         if len(members) > 1:
             yield key, sorted(members)
@@ -63,7 +130,8 @@ class FilesCheck(Check):
 
     family = "files"
     rules: ClassVar[dict[str, str]] = {
-        "files.unsafe-name": "Traversal, absolute/UNC/backslash, control, bidi or zero-width names",
+        "files.unsafe-name": "Traversal, absolute/UNC/backslash, control, bidi, zero-width, "
+                             "look-alike or Windows-reserved names",
         "files.name-collision": "Names that collide case-insensitively or after normalisation",
         "files.symlink-escape": "Symlink resolving outside the artifact tree",
         "files.hard-link": "Hard link shared with a file outside the tree",
@@ -75,6 +143,8 @@ class FilesCheck(Check):
         "files.record-mismatch": "Mirrored tree differs from the bundle record",
         "files.skipped": "A file pull deliberately did not mirror (recorded)",
         "files.nothing-scanned": "No file to scan: an empty tree is never reported clean",
+        "files.unreadable": "A file or folder the scan cannot read (never treated as absent)",
+        "files.too-many": "More files or deeper folders than the scan analyses",
     }
 
     def run(self, ctx: CheckContext) -> CheckOutcome:
@@ -103,7 +173,13 @@ class FilesCheck(Check):
             yield finding("files.skipped", Severity.INFO, f"not mirrored: {s.reason}", s.path,
                           size=s.size)
         for f in tree.files:
-            yield from self._type(f.rel, ctx.kind(f.path))
+            kind = ctx.kind(f.path)
+            why = ctx.unreadable(f.path)
+            if why:
+                yield finding("files.unreadable", Severity.HIGH,
+                              f"cannot be read, so cannot be checked: {why}", f.rel)
+                continue
+            yield from self._type(f.rel, kind)
 
     def _type(self, rel: str, kind: FileKind) -> Iterator[Finding]:
         expected = expected_kinds(rel)

@@ -65,9 +65,25 @@ class CheckContext:
         return self.memo[key]
 
     def kind(self, path: Path) -> FileKind:
-        """The sniffed kind of a file, once per scan."""
-        kind: FileKind = self.cached("sniff", path, sniff)
+        """The sniffed kind of a file, once per scan; ``unknown-binary`` if it cannot be read.
+
+        The error is kept (:meth:`unreadable`) for the files check to report: a file the scan
+        cannot read is never a crash and never clean.
+        """
+        kind: FileKind = self.cached("sniff", path, self._sniff)
         return kind
+
+    def unreadable(self, path: Path) -> str | None:
+        """Why sniffing ``path`` failed, if it did."""
+        why: str | None = self.memo.get(("sniff-error", path))
+        return why
+
+    def _sniff(self, path: Path) -> FileKind:
+        try:
+            return sniff(path)
+        except Exception as err:  # noqa: BLE001 - any failure to read is a finding, not a crash
+            self.memo[("sniff-error", path)] = f"{type(err).__name__}: {err}"[:300]
+            return FileKind.UNKNOWN
 
 
 class Check(ABC):

@@ -66,44 +66,68 @@ def _inside(path: Path, roots: tuple[Path, ...]) -> bool:
     return any(path == r or path.is_relative_to(r) for r in roots)
 
 
+# Real repositories are a few folders deep and hold at most tens of thousands of files; past
+# these the tree is not analysed further and the scan reports it (HIGH), it never hangs.
+MAX_DEPTH = 64
+MAX_FILES = 200_000
+
+
+def _entries(path: str) -> list[os.DirEntry[str]]:
+    with os.scandir(path) as it:
+        return sorted(it, key=lambda e: e.name)
+
+
 def walk_tree(root: Path, role: str, *, allowed_roots: tuple[Path, ...] = ()) -> ArtifactTree:
-    """Inventory ``root`` (policy fields at their fail-closed defaults; use ``replace``)."""
+    """Inventory ``root`` (policy fields at their fail-closed defaults; use ``replace``).
+
+    The walk is iterative (a 10 000-deep folder chain is a finding, not a RecursionError), a
+    folder or file that cannot be read is a finding (never silently absent), and links and
+    special files are reported here and never handed to the format checks.
+    """
     root = root.resolve()
     roots = (root, *(r.resolve() for r in allowed_roots))
     files: list[TreeFile] = []
     problems: list[Finding] = []
     inodes: Counter[tuple[int, int]] = Counter()
     links: dict[tuple[int, int], tuple[int, str]] = {}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        base = Path(dirpath)
-        for name in sorted(dirnames):
-            if (base / name).is_symlink():
-                rel = (base / name).relative_to(root).as_posix()
-                problems.append(finding(
-                    "files.symlink-escape", Severity.CRITICAL,
-                    "symlinked directory (not followed)", rel,
-                    target=str((base / name).readlink())))
-        for name in sorted(filenames):
-            p = base / name
-            rel = p.relative_to(root).as_posix()
-            st = p.lstat()
-            via_link = stat.S_ISLNK(st.st_mode)
-            if via_link:
-                real = Path(os.path.realpath(p))
-                if not _inside(real, roots) or not real.is_file():
-                    problems.append(finding(
-                        "files.symlink-escape", Severity.CRITICAL,
-                        "symlink points outside the artifact tree", rel, target=str(p.readlink())))
+    stack: list[tuple[str, str, int]] = [(str(root), "", 0)]  # (path, rel, depth)
+    while stack:
+        dirpath, dirrel, depth = stack.pop()
+        try:
+            entries = _entries(dirpath)
+        except OSError as err:
+            problems.append(finding("files.unreadable", Severity.HIGH,
+                                    f"folder cannot be listed: {err.strerror or err}",
+                                    dirrel or "."))
+            continue
+        subdirs: list[tuple[str, str, int]] = []
+        for entry in entries:
+            rel = f"{dirrel}/{entry.name}" if dirrel else entry.name
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    if depth + 1 >= MAX_DEPTH:
+                        problems.append(finding(
+                            "files.too-many", Severity.HIGH,
+                            f"folders nested deeper than {MAX_DEPTH}: not analysed", rel))
+                    else:
+                        subdirs.append((entry.path, rel, depth + 1))
                     continue
-                p, st = real, real.stat()
-            elif not stat.S_ISREG(st.st_mode):
-                problems.append(finding("files.special", Severity.HIGH,
-                                        "device, FIFO or socket in the tree", rel,
-                                        mode=oct(st.st_mode)))
+                if len(files) >= MAX_FILES:
+                    problems.append(finding(
+                        "files.too-many", Severity.HIGH,
+                        f"more than {MAX_FILES} files: the rest is not analysed", rel))
+                    stack.clear()
+                    subdirs.clear()
+                    break
+                self_check = _one(Path(entry.path), rel, st, roots, problems)
+            except OSError as err:
+                problems.append(finding("files.unreadable", Severity.HIGH,
+                                        f"cannot be inspected: {err.strerror or err}", rel))
                 continue
-            if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
-                problems.append(finding("files.special", Severity.HIGH,
-                                        "setuid/setgid bit set", rel, mode=oct(st.st_mode)))
+            if self_check is None:
+                continue
+            p, st, via_link = self_check
             # A link into the content store reaches an immutable object shared by design, so
             # only files stored in the tree itself are checked for foreign hard links.
             if st.st_nlink > 1 and not via_link:
@@ -111,6 +135,7 @@ def walk_tree(root: Path, role: str, *, allowed_roots: tuple[Path, ...] = ()) ->
                 inodes[key] += 1
                 links[key] = (st.st_nlink, rel)
             files.append(TreeFile(rel, p, st.st_size))
+        stack.extend(reversed(subdirs))
     for key, (nlink, rel) in sorted(links.items(), key=lambda kv: kv[1][1]):
         if nlink > inodes[key]:
             problems.append(finding(
@@ -119,3 +144,31 @@ def walk_tree(root: Path, role: str, *, allowed_roots: tuple[Path, ...] = ()) ->
                 links=nlink, inside=inodes[key]))
     return ArtifactTree(role=role, root=root, files=tuple(sorted(files, key=lambda f: f.rel)),
                         problems=tuple(p.with_role(role) for p in problems))
+
+
+def _one(p: Path, rel: str, st: os.stat_result, roots: tuple[Path, ...],
+         problems: list[Finding]) -> tuple[Path, os.stat_result, bool] | None:
+    """A non-folder entry: the real path and status to scan, or None (reported instead)."""
+    via_link = stat.S_ISLNK(st.st_mode)
+    if via_link:
+        real = Path(os.path.realpath(p))
+        if real.is_dir() and _inside(real, roots):
+            problems.append(finding(
+                "files.symlink-escape", Severity.CRITICAL,
+                "symlinked directory (not followed)", rel, target=str(p.readlink())))
+            return None
+        if not _inside(real, roots) or not real.is_file():
+            problems.append(finding(
+                "files.symlink-escape", Severity.CRITICAL,
+                "symlink points outside the artifact tree", rel, target=str(p.readlink())))
+            return None
+        p, st = real, real.stat()
+    elif not stat.S_ISREG(st.st_mode):
+        problems.append(finding("files.special", Severity.HIGH,
+                                "device, FIFO or socket in the tree", rel,
+                                mode=oct(st.st_mode)))
+        return None
+    if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+        problems.append(finding("files.special", Severity.HIGH,
+                                "setuid/setgid bit set", rel, mode=oct(st.st_mode)))
+    return p, st, via_link
