@@ -224,3 +224,31 @@ _QWEN3 = (
 @pytest.mark.parametrize("tpl", [_DEEPSEEK_R1, _LLAMA31, _QWEN3])
 def test_published_template_shapes(tpl: str) -> None:
     assert analyse_template(tpl) == []
+
+
+def test_template_only_the_first_duplicate_reading_sees_is_analysed(tmp_path: Path) -> None:
+    """transformers keeps the last duplicate key; a reader that keeps the first must not
+    smuggle a template past the analysis (the duplicate alone is HIGH; the gadget CRITICAL)."""
+    (tmp_path / "tokenizer_config.json").write_text(
+        '{"chat_template": "' + SSTI.replace("'", "\\u0027") + '", '
+        '"chat_template": "{{ messages[0][\'content\'] }}"}')
+    rep = scan_tree(tmp_path, options=FAST)
+    crit = [f for f in rep.findings if f.check_id == "template.dunder-access"]
+    assert crit and all("reading 2" in f.message for f in crit)
+    assert {t.name for t in rep.templates} == {"default", "default (reading 2)"}
+
+
+def test_processor_templates_by_name_are_each_analysed(tmp_path: Path) -> None:
+    """A processor's ``chat_template`` may map names to templates: each is analysed, and a
+    benign mapping is clean (it is not 'not a string')."""
+    (tmp_path / "processor_config.json").write_text(json.dumps(
+        {"chat_template": {"default": "{{ messages[0]['content'] }}", "tool_use": SSTI}}))
+    rep = scan_tree(tmp_path, options=FAST)
+    assert {t.name for t in rep.templates} == {"default", "tool_use"}
+    assert "template.not-text" not in ids(rep)
+    assert all(f.message.startswith("template 'tool_use'")
+               for f in rep.findings if f.check_id.startswith("template."))
+    assert rep.blocked
+    (tmp_path / "processor_config.json").write_text(json.dumps(
+        {"chat_template": {"default": "{{ messages[0]['content'] }}"}}))
+    assert ids(scan_tree(tmp_path, options=FAST)) == set()

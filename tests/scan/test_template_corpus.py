@@ -110,8 +110,10 @@ GADGETS = [
     "{{ messages[0].items()[0] }}{{ loop.cycle('a') }}",
     '{% import "x" as y %}', '{% include "x" %}', '{% extends "x" %}',
     '{{ x|xmlattr }}',
-    # only the trial render can see this one: the key also holds data on another path
+    # a key that also holds data on another path: any binding counts, so it is static now
     '{% set k = messages[0].role %}{% set k = "__cla" ~ "ss__" %}{{ messages[k] }}',
+    # only the trial render can see this one: '%' on a string that is data, not a literal
+    "{{ messages[0].content % messages }}",
 ]
 
 
@@ -123,7 +125,7 @@ def test_every_gadget_class_blocks(tpl: str) -> None:
 
 def test_runtime_only_gadget_is_caught_by_the_trial_render() -> None:
     [(check_id, _sev, msg)] = analyse_template(GADGETS[-1])
-    assert check_id == "template.sandbox" and "__class__" in msg
+    assert check_id == "template.sandbox" and "'%'" in msg
 
 
 @pytest.mark.parametrize("tpl", [

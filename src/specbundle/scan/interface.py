@@ -32,10 +32,12 @@ class ScanOptions:
     second_opinion_timeout_s: float = 120.0
     max_safetensors_header: int = 100_000_000
     max_pickle_bytes: int = 256 * 1024 * 1024
-    max_template_bytes: int = 1_000_000
-    # all distinct templates of one scan together: analysis costs ~8 s per MB (Jinja's parser
-    # and code generator), so many large templates would otherwise stall a scan for minutes
-    max_template_total_bytes: int = 2_000_000
+    # one template: 14x the largest real one (18 kB, tests/scan/templates)
+    max_template_bytes: int = 256_000
+    # all distinct templates of one scan together: a hostile template costs 7-15 s per MB to
+    # analyse (Jinja's parser and code generator; real ones ~4 s per MB), so this bounds a
+    # hostile scan to a few seconds while holding ~28 of the largest real templates
+    max_template_total_bytes: int = 512_000
     max_config_bytes: int = 64 * 1024 * 1024
     progress: Callable[[str], None] | None = field(default=None, compare=False)
 

@@ -21,12 +21,12 @@ from jinja2 import nodes
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.ext import Extension
 from jinja2.parser import Parser
-from jinja2.runtime import Context, Undefined
+from jinja2.runtime import ChainableUndefined, Context, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment, modifies_known_mutable
 
 from specbundle.scan.findings import Severity
 
-__all__ = ["SAMPLES", "TrialEnvironment", "trial_render"]
+__all__ = ["SAMPLES", "TrialEnvironment", "force_branches", "trial_render"]
 
 Problem = tuple[str, Severity, str]
 _FORMAT_METHODS = frozenset({"format", "format_map"})
@@ -69,8 +69,17 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
 
     intercepted_binops = frozenset({"*", "**", "%", "+"})
 
-    def __init__(self, *, deadline_s: float = 1.0, max_output: int = 1 << 20) -> None:
-        super().__init__(extensions=["jinja2.ext.loopcontrols", GenerationTag])
+    def __init__(self, *, deadline_s: float = 1.0, max_output: int = 1 << 20,
+                 every_branch: bool = False) -> None:
+        # every_branch: the render that runs each branch of each ``if`` (see force_branches),
+        # where an undefined value chains instead of failing and raise_exception is a no-op.
+        # optimized=False: Jinja's constant folder revisits each expression's whole subtree at
+        # every level (quadratic in nesting: 35 s per MB of nested calls), and runs filters at
+        # compile time, outside the render's deadline; the render's result is the same.
+        super().__init__(extensions=["jinja2.ext.loopcontrols", GenerationTag],
+                         undefined=ChainableUndefined if every_branch else Undefined,
+                         optimized=False)
+        self.every_branch = every_branch
         self.deadline_s, self.max_output = deadline_s, max_output
         self.violation: str | None = None
         self.ends = time.monotonic() + deadline_s
@@ -81,7 +90,7 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
         for name in ("replace", "indent", "join", "center", "wordwrap", "truncate"):
             if name in self.filters:
                 self.filters[name] = self._bounded(self.filters[name], name)
-        self.globals["raise_exception"] = _raise
+        self.globals["raise_exception"] = (lambda _m: "") if every_branch else _raise
         self.globals["strftime_now"] = lambda fmt: time.strftime(str(fmt), time.gmtime(0))
         for name in ("lipsum", "cycler", "joiner", "dict"):
             self.globals.pop(name, None)
@@ -225,6 +234,19 @@ def _stream(chunks: Iterator[str], env: TrialEnvironment) -> None:
         env.tick()
 
 
+def force_branches(ast: nodes.Template) -> nodes.Template:
+    """Make every ``if`` run all its branches, in order (in place).
+
+    A gadget behind a condition the samples never meet (``{% if messages|length > 99 %}``, a
+    trigger word) runs in this render all the same; the static check is the guarantee, this
+    render a second look at what it allowed.
+    """
+    for n in ast.find_all(nodes.If):
+        body = [*n.body, *(s for e in n.elif_ for s in e.body), *n.else_]
+        n.test, n.body, n.elif_, n.else_ = nodes.Const(True), body, [], []
+    return ast
+
+
 def trial_render(ast: nodes.Template, env: TrialEnvironment) -> list[Problem]:
     """Render a parsed template with every sample; a sandbox violation or a blown budget is
     a problem. ``env`` must be the environment that parsed ``ast`` (fresh: it holds the
@@ -246,7 +268,11 @@ def trial_render(ast: nodes.Template, env: TrialEnvironment) -> list[Problem]:
             return [("template.sandbox", Severity.CRITICAL, f"trial render: {err}")]
         except _Budget as err:
             return [("template.resource", Severity.HIGH, f"trial render: {err}")]
+        except OverflowError as err:  # the sandbox's range limit: an engine without one hangs
+            return [("template.resource", Severity.HIGH, f"trial render: {err}")]
         except RecursionError:
+            if env.every_branch:  # every base case skipped: real recursion never ends here
+                continue
             return [("template.resource", Severity.HIGH, "trial render: recursion too deep")]
         except Exception:  # noqa: BLE001,S112 - a template may reject a sample; not a finding
             continue

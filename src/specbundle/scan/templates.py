@@ -28,31 +28,44 @@ from specbundle.scan.gguf_header import load_gguf
 from specbundle.scan.interface import Check, CheckContext
 from specbundle.scan.inventory import ArtifactTree
 from specbundle.scan.sniff import FileKind
-from specbundle.scan.template_policy import policy_problems
-from specbundle.scan.template_render import TrialEnvironment, trial_render
+from specbundle.scan.template_policy import lexical_problems, policy_problems
+from specbundle.scan.template_render import (
+    TrialEnvironment,
+    force_branches,
+    trial_render,
+)
+from specbundle.scan.template_walk import Tree
 
-__all__ = ["TemplateCheck", "analyse_template", "template_changes"]
+__all__ = ["EVERY_BRANCH_MAX_BYTES", "TemplateCheck", "analyse_template", "template_changes"]
 
 _SUSPICIOUS = re.compile(
     r"__\w+__|\bpopen\b|\bos\.(system|popen|exec)|\bsubprocess\b|\bimport_module\b|"
     r"\beval\s*\(|\bexec\s*\(|\bgetattr\s*\("
 )
 _TEMPLATE_SUFFIXES = (".jinja", ".jinja2", ".j2")
+# The every-branch render compiles the template a second time (~5 s per MB): real templates are
+# at most 18 kB, so a larger one gets the static check and the sample render only.
+EVERY_BRANCH_MAX_BYTES = 64 * 1024
 
 
 def analyse_template(source: str, *, render: bool = True) -> list[tuple[str, Severity, str]]:
     """Problems in one template source: ``(check id, severity, message)``.
 
-    The trial render runs only when the static check found nothing blocking.
+    The trial render runs only when the static check found nothing blocking; the second one,
+    with every branch taken, only on templates up to :data:`EVERY_BRANCH_MAX_BYTES` (the
+    static check is the guarantee, that render a second look).
     """
     env = TrialEnvironment()
     try:
         ast = env.parse(source)
-        out = policy_problems(ast)
-        for const in ast.find_all(nodes.Const):
+        tree = Tree(ast)
+        out = lexical_problems(env.lex(source)) + policy_problems(ast, tree)
+        seen = set(out)
+        for const in tree.find_all(nodes.Const):
             if isinstance(const.value, str) and (m := _SUSPICIOUS.search(const.value)):
                 p = ("template.suspicious-string", Severity.HIGH, f"string spells {m.group(0)!r}")
-                if p not in out:
+                if p not in seen:
+                    seen.add(p)
                     out.append(p)
     except TemplateSyntaxError as err:
         return [("template.syntax", Severity.HIGH, f"does not parse: {err.message} "
@@ -61,6 +74,13 @@ def analyse_template(source: str, *, render: bool = True) -> list[tuple[str, Sev
         return [("template.syntax", Severity.HIGH, "nested too deeply to analyse")]
     if render and not any(sev.rank >= Severity.HIGH.rank for _c, sev, _m in out):
         out.extend(trial_render(ast, env))
+    if render and not any(sev.rank >= Severity.HIGH.rank for _c, sev, _m in out) and (
+            len(source.encode("utf-8", errors="surrogateescape")) <= EVERY_BRANCH_MAX_BYTES):
+        # again with every branch of every ``if`` taken: what no sample reaches still runs
+        # (the tree is compiled already; it is rewritten in place rather than parsed again)
+        forced = TrialEnvironment(every_branch=True)
+        ast.set_environment(forced)
+        out.extend(trial_render(force_branches(ast), forced))
     return out
 
 
@@ -73,7 +93,8 @@ class _Oversize:
 
 
 def _json_templates(doc: Any) -> Iterator[tuple[str, Any]]:
-    """Every ``chat_template`` at any depth: a string, or a list of named templates."""
+    """Every ``chat_template`` at any depth: a string, a list of named templates (tokenizers)
+    or a mapping of name to template (processors)."""
     for path, tpl in find_key(doc, "chat_template"):
         where = "" if path == "chat_template" else path.removesuffix(".chat_template") + ":"
         if isinstance(tpl, list):
@@ -82,8 +103,25 @@ def _json_templates(doc: Any) -> Iterator[tuple[str, Any]]:
                     yield where + str(item.get("name", i)), item.get("template")
                 else:
                     yield f"{where}{i}", item
+        elif isinstance(tpl, dict):
+            for name, item in tpl.items():
+                yield where + str(name), item
         elif tpl is not None:
             yield where + "default", tpl
+
+
+def _config_templates(views: tuple[Any, ...]) -> Iterator[tuple[str, Any]]:
+    """The templates of every reading of a config (transformers' first, then what a reader
+    taking the first duplicate key, or one skipping comments, sees), each distinct one once:
+    a template only another reader sees is analysed all the same."""
+    seen: set[tuple[str, str]] = set()
+    for i, view in enumerate(views):
+        for name, tpl in _json_templates(view):
+            key = (name, tpl if isinstance(tpl, str) else repr(tpl))
+            if key in seen:
+                continue
+            seen.add(key)
+            yield (name if i == 0 else f"{name} (reading {i + 1})"), tpl
 
 
 class TemplateCheck(Check):
@@ -179,7 +217,7 @@ class TemplateCheck(Check):
         for f in tree.files:
             p = PurePosixPath(f.rel)
             if is_config(f.rel):
-                for name, tpl in _json_templates(load_config(ctx, f).doc):
+                for name, tpl in _config_templates(load_config(ctx, f).views):
                     yield f.rel, name, tpl
             elif p.suffix.lower() in _TEMPLATE_SUFFIXES:
                 name = "default" if p.name == "chat_template.jinja" else p.stem

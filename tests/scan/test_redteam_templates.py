@@ -1,0 +1,189 @@
+"""Chat-template gadgets found by trying the scanner as an attacker would (issue 11, class 2).
+
+Each case is a bypass the scanner passed before its fix. Every one must block as written, and
+again hidden behind a condition no sample conversation meets (so the trial render never reaches
+it: the static check, or the every-branch render, must). Their benign twins, the constructs real
+templates use, must pass.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specbundle.scan import scan_tree, templates
+from specbundle.scan.findings import Severity
+from specbundle.scan.template_render import TrialEnvironment, force_branches, trial_render
+from specbundle.scan.templates import analyse_template
+from tests.scan.conftest import FAST, ids
+
+HIDE = "{%% if messages|length > 99 %%}%s{%% endif %%}"
+S = '"_._.c.l.a.s.s._._"'  # [::2] spells __class__; the literal itself spells no dunder
+
+BYPASSES = {
+    # a key built from a literal by an operation the old check did not count as building
+    "slice-of-literal": f"{{{{ messages[{S}[::2]] }}}}",
+    "slice-via-set": f"{{% set k = {S}[::2] %}}{{{{ messages[k] }}}}",
+    "slice-of-loop-literal": f"{{% for k in [{S}] %}}{{{{ messages[k[::2]] }}}}{{% endfor %}}",
+    "slice-into-namespace": f'{{% set ns = namespace(k="") %}}{{% set ns.k = {S}[::2] %}}'
+                            "{{ messages[ns.k] }}",
+    "split-join": f'{{{{ messages[{S}.split(".")|join] }}}}',
+    "dict-member-sliced": f'{{% set d = {{"a": {S}}} %}}{{{{ messages[d.a[::2]] }}}}',
+    "dict-item-sliced": f'{{{{ messages[{{"a": {S}}}["a"][::2]] }}}}',
+    "default-of-built": f"{{{{ messages[messages[0].role|default({S}[::2])] }}}}",
+    "get-built-key": f"{{{{ messages[0].get({S}[::2]) }}}}",
+    "repr-characters": "{% set s = strftime_now|string %}"  # "<function _compile_...>"
+                       "{{ messages[s[10] ~ s[10] ~ s[3]] }}",
+    "macro-output-key": "{% macro k() %}_{{ '_' }}class__{% endmacro %}{{ messages[k()] }}",
+    "macro-param-key": f"{{% macro m(k) %}}{{{{ messages[k] }}}}{{% endmacro %}}"
+                       f"{{{{ m({S}[::2]) }}}}",
+    # an attribute named by a positional argument, or by a filter reached through |map
+    "sort-positional-attr": f"{{{{ messages|sort(false, false, {S}[::2])|list }}}}",
+    "unique-positional-attr": f"{{{{ messages|unique(false, {S}[::2])|list }}}}",
+    "min-positional-attr": f"{{{{ messages|min(false, {S}[::2]) }}}}",
+    "dictsort-computed": f"{{{{ messages[0]|dictsort(false, {S}[::2])|list }}}}",
+    "map-map-attr": '{{ messages|map("map", "attr", "x")|list }}',
+    "map-map-format": '{{ messages|map("map", "format", 1)|list }}',
+    "map-selectattr-built": f'{{{{ messages|map("selectattr", {S}[::2])|list }}}}',
+    "map-sort-built": f'{{{{ messages|map("sort", false, false, {S}[::2])|list }}}}',
+    # private names written where only a data key was expected
+    "namespace-dunder-set": "{% set ns = namespace() %}{% set ns.__class__ = 1 %}",
+    "namespace-private-set": "{% set ns = namespace() %}{% set ns._x = 1 %}",
+    # calling a variable: a global under another name, a bound method passed to a macro
+    "aliased-range": "{% set r = range %}{{ r(10) }}",
+    "macro-calls-param": '{% macro m(f) %}{{ f("x") }}{% endmacro %}'
+                         "{{ m(messages[0].get) }}",
+    # denial of service: MEDIUM before, so the report was not blocked
+    "huge-range": "{% for i in range(1000000000) %}x{% endfor %}",
+    "huge-repeat": '{{ "a" * 1000000000 }}',
+    "folded-repeat": '{{ "a" * (100000 * 100000) }}',
+    "named-repeat": '{% set n = 99999 %}{{ "a" * n * n }}',
+    "constant-set-in-loop": '{% for m in messages %}{% set n = 99999 %}{{ "a" * n * n }}'
+                            "{% endfor %}",
+    "constant-after-data": '{% set n = messages|length %}{% set n = 99999 %}{{ "a" * n * n }}',
+    "huge-strftime": '{{ strftime_now("%Y" * 10000000) }}',
+    "nested-ranges": "{% for a in range(99999) %}{% for b in range(99999) %}x{% endfor %}"
+                     "{% endfor %}",
+    "nested-via-macro": "{% macro f() %}{% for b in range(99999) %}x{% endfor %}{% endmacro %}"
+                        "{% for a in range(99999) %}{{ f() }}{% endfor %}",
+    "range-of-product": "{% set n = messages|length %}{% for i in range(n*n*n*n) %}"
+                        "{% endfor %}",
+    "indent-width": '{{ "a\\nb"|indent(1000000000) }}',
+    "doubling-over-messages": '{% set ns = namespace(x="ab") %}{% for m in messages %}'
+                              "{% set ns.x = ns.x ~ ns.x %}{% endfor %}",
+    "doubling-via-filter": '{% set ns = namespace(x="ab") %}{% for m in messages %}'
+                           "{% set ns.x = ns.x ~ ns.x|upper %}{% endfor %}",
+    "doubling-via-copy": '{% set ns = namespace(x="ab", y="") %}{% for i in range(60) %}'
+                         "{% set ns.y = ns.x %}{% set ns.x = ns.x ~ ns.y %}{% endfor %}",
+    "self-recursion": "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+    "growing-recursion": "{% macro f(n) %}{% if n > 0 %}{{ f(n + 1) }}{% endif %}{% endmacro %}"
+                         "{{ f(1) }}",
+    "recursion-via-copy": "{% macro f(n) %}{% set m = n %}{{ f(m) }}{% endmacro %}{{ f(1) }}",
+    # a chain of copies longer than the analysis follows is refused, not guessed
+    "deep-binding-chain": "{% for m in messages %}"
+                          + "".join(f"{{% set a{i} = a{i + 1} %}}" for i in range(60))
+                          + f"{{% set a60 = {S}[::2] %}}{{% endfor %}}{{{{ messages[a0] }}}}",
+    # parser differential: text to Jinja, maybe code to another engine
+    "raw-block": "{% raw %}{{ messages.__class__ }}{% endraw %}",
+}
+# what costs the analysis (or the compiler) more than linear time is refused, not analysed
+TOO_LARGE = {
+    "names-times-branches": "".join(f"{{% set a{i} = 1 %}}" for i in range(1001))
+                            + "{% if messages %}{% endif %}" * 1000,
+    "macros-nested-deep": "".join(f"{{% macro f{i}(x) %}}" for i in range(9))
+                          + "{{ x }}" + "{% endmacro %}" * 9,
+    "one-name-many-strings": "".join(f'{{% set k = "s{i}" %}}' for i in range(1025))
+                             + "{{ messages[k] }}",
+}
+BYPASSES.update(TOO_LARGE)
+
+
+@pytest.mark.parametrize("tpl", BYPASSES.values(), ids=BYPASSES.keys())
+def test_bypass_blocks(tpl: str) -> None:
+    problems = analyse_template(tpl)
+    assert any(sev.rank >= Severity.HIGH.rank for _c, sev, _m in problems), problems
+
+
+@pytest.mark.parametrize("tpl", BYPASSES.values(), ids=BYPASSES.keys())
+def test_bypass_blocks_behind_an_unmet_condition(tpl: str) -> None:
+    problems = analyse_template(HIDE % tpl)
+    assert any(sev.rank >= Severity.HIGH.rank for _c, sev, _m in problems), problems
+
+
+BENIGN = {
+    "data-key-split": "{% for t in tools %}{% set tns = t.function.name.split('.')[0] %}"
+                      "{% set ns = namespace(seen=[]) %}{% set ns.seen = ns.seen + [tns] %}"
+                      "{{ ns.seen[0] }}{% endfor %}",
+    "loop-over-constant-keys": '{% for k, label in [("maximum", "Max"), ("minimum", "Min")] %}'
+                               "{% if tools[0][k] is defined %}{{ label }}{% endif %}"
+                               "{% endfor %}",
+    "index-arithmetic": "{% for m in messages %}{% if not loop.first %}"
+                        "{{ messages[loop.index0 - 1].role }}{% endif %}{% endfor %}",
+    "accumulate": '{% set ns = namespace(s="") %}{% for m in messages %}'
+                  '{% set ns.s = ns.s ~ m.role ~ ("\\n" if ns.s else "") %}{% endfor %}{{ ns.s }}',
+    "defaulted-flag": "{% set enable_thinking = enable_thinking if enable_thinking is defined "
+                      "else false %}{{ enable_thinking }}",
+    "indent-by-depth": "{% macro r(s, depth) %}{{ '  ' * depth }}{% if s is mapping %}"
+                       "{% for k, v in s|items %}{{ r(v, depth + 1) }}{% endfor %}{% endif %}"
+                       "{% endmacro %}{{ r(tools[0] if tools else {}, 0) }}",
+    "recursion-into-member": "{% macro t(spec) %}{% if spec.items is defined %}"
+                             "{{ t(spec['items']) }}{% endif %}{% endmacro %}{{ t({}) }}",
+    "range-over-messages": "{% for i in range(messages|length - 1, -1, -1) %}"
+                           "{{ messages[i].role }}{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("tpl", BENIGN.values(), ids=BENIGN.keys())
+def test_benign_twin_passes(tpl: str) -> None:
+    assert analyse_template(tpl) == []
+
+
+def test_every_branch_render_reaches_what_no_sample_does() -> None:
+    """Doubling through a copy passes the static check; only a render that takes the
+    untaken branch sees it."""
+    tpl = HIDE % BYPASSES["doubling-via-copy"]
+    env = TrialEnvironment()
+    assert trial_render(env.parse(tpl), env) == []
+    forced = TrialEnvironment(every_branch=True)
+    [(check_id, _sev, _msg)] = trial_render(force_branches(forced.parse(tpl)), forced)
+    assert check_id == "template.resource"
+
+
+def test_sandbox_range_limit_is_a_finding() -> None:
+    """The sandbox's range cap raises OverflowError; an engine without one (llama.cpp) loops."""
+    env = TrialEnvironment()
+    ast = env.parse("{% set n = messages|length * 100000 %}{% for i in range(n) %}{% endfor %}")
+    assert [c for c, _s, _m in trial_render(ast, env)] == ["template.resource"]
+
+
+def test_hidden_gadget_in_named_template_variant_blocks(tmp_path: Path) -> None:
+    """A gadget in a non-default named template (tokenizer_config list form) blocks the tree."""
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": [
+        {"name": "default", "template": "{{ messages[0]['content'] }}"},
+        {"name": "tool_use", "template": HIDE % BYPASSES["slice-of-literal"]}]}))
+    rep = scan_tree(tmp_path, options=FAST)
+    assert rep.blocked and "template.computed-key" in ids(rep)
+
+
+@pytest.mark.parametrize("tpl", TOO_LARGE.values(), ids=TOO_LARGE.keys())
+def test_superlinear_analysis_is_refused_as_too_large(tpl: str) -> None:
+    [(check_id, sev, msg)] = analyse_template(tpl)
+    assert (check_id, sev) == ("template.resource", Severity.HIGH)
+    assert "too large to analyse" in msg or "too deep to analyse" in msg
+
+
+def test_every_branch_render_runs_only_up_to_the_size_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The every-branch render compiles the template a second time: a template past
+    EVERY_BRANCH_MAX_BYTES (real ones are at most 18 kB) gets the static check and the sample
+    render only."""
+    forced: list[object] = []
+    real = templates.force_branches
+    monkeypatch.setattr(templates, "force_branches", lambda ast: forced.append(ast) or real(ast))
+    tpl = "{{ messages[0].content }}"
+    pad = "{# " + "x" * (templates.EVERY_BRANCH_MAX_BYTES - len(tpl) - 6) + " #}"
+    assert len((tpl + pad).encode()) == templates.EVERY_BRANCH_MAX_BYTES
+    assert analyse_template(tpl + pad) == [] and len(forced) == 1
+    assert analyse_template(tpl + pad + "x") == [] and len(forced) == 1
+    assert analyse_template(tpl) == [] and len(forced) == 2
