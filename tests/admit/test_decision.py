@@ -201,3 +201,19 @@ def test_tuned_schedule_reports_where_speculation_is_off_and_fails_when_off_at_p
     off = evaluate(replace(_report(), server={"tuned_schedule": {**tuned, "k_at_p95": 0,
                                                                  "off_levels": [4, 8]}}), T)
     assert any(r.startswith("tuned_schedule:") and "off at the P95" in r for r in off.reasons)
+
+
+def test_the_ratio_criterion_names_the_repeated_ci_of_a_sequential_rule() -> None:
+    from specbundle.bench.report import Stopping
+
+    base, spec = (100.0, 102.0, 98.0, 101.0), (150.0, 152.0, 149.0, 151.0)
+    lv = replace(_report().levels[0], ratio=welch_ratio_ci(base, spec, confidence=0.98))
+    r = replace(_report(), levels=(lv,), stopping=Stopping(
+        rule="sequential", outcome="above", reason="resolved", rounds=4, min_rounds=4,
+        max_rounds=12, threshold=1.05, time_budget_s=None, elapsed_s=1.0,
+        rounds_to_resolve=None, looks=5, per_look_confidence=0.98))
+    gate = evaluate(r, T)
+    crit = next(c for c in gate.criteria if c.name == "throughput_ratio")
+    assert gate.admitted and crit.detail.endswith(
+        "98% CI [1.451, 1.553] over 4+4 rounds (sequential rule: 5 planned looks, each a "
+        "repeated CI at 98% for 90% overall)"), crit.detail

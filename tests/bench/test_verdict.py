@@ -76,7 +76,8 @@ CASES: dict[str, Figures] = {
     # the sequential rule ran out of budget with the CI straddling the admission threshold
     "inconclusive_sequential": fig(2, 1.04, 0.9, 1.2, 0.9, 0.1, 8, 3.0, stop_outcome=
                                    "inconclusive", stop_rounds=8, stop_reason="time_budget",
-                                   stop_threshold=1.05, stop_rounds_to_resolve=40),
+                                   stop_threshold=1.05, stop_rounds_to_resolve=40, stop_looks=5,
+                                   stop_per_look_confidence=0.98, confidence=0.98),
     "v_unmeasured": Figures(concurrency=1, ratio=0.8, ratio_low=0.7, ratio_high=0.9, alpha=0.9,
                             c=0.2, g=8, paper=2.4,
                             v_note="vllm reports no server-side prompt timings"),
@@ -120,7 +121,8 @@ def test_each_kind_names_its_cause() -> None:
     assert "rounds per arm would resolve it" in said["inconclusive"]
     assert "upper bound 0.70" in said["alpha_below_c_upper_bound"]
     assert "cannot be trusted" in said["c_untrusted"]
-    assert "stopped after 8 rounds (time budget)" in said["inconclusive_sequential"]
+    assert "stopped after 8 rounds (time budget; 5 planned looks, each a repeated CI at 98%)" \
+        in said["inconclusive_sequential"]
     assert "about 40 rounds per arm" in said["inconclusive_sequential"]
 
 

@@ -116,6 +116,8 @@ def _figures(report: BenchReport) -> dict[str, str]:
             "throughput_ratio": lv.ratio.ratio if lv.ratio else None,
             "ratio_low": lv.ratio.low if lv.ratio else None,
             "ratio_high": lv.ratio.high if lv.ratio else None,
+            # the sequential rule's per-look confidence when it looked more than once
+            "ratio_confidence": lv.ratio.confidence if lv.ratio else None,
             "acceptance_rate": lv.acceptance.acceptance_rate,
             "mean_acceptance_length": lv.acceptance.mean_acceptance_length,
             "alpha": lv.acceptance.alpha, "c": lv.c_measured, "c_black_box": lv.c_black_box}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specbundle.bench.report import BenchReport
+from specbundle.bench.verdict import looks_text, percent
 from specbundle.spec import AdmissionThresholds
 
 __all__ = ["Criterion", "GateResult", "evaluate"]
@@ -56,13 +57,17 @@ def _ratio(report: BenchReport, t: AdmissionThresholds) -> Criterion:
                          f"throughput ratio at P95 concurrency {p95} unmeasured")
     r = lv.ratio
     ok = r.low >= t.min_throughput_ratio_lower_bound
+    st = report.stopping
+    # the sequential rule's repeated CI: the gate reads the interval the rule stopped on
+    looks = looks_text(st.looks, st.per_look_confidence, report.settings.confidence) \
+        if st is not None and st.looks > 1 else ""
     what = (f"throughput ratio spec/base at concurrency {p95} = {r.ratio:.3f}, "
-            f"{r.confidence:.0%} CI [{r.low:.3f}, {r.high:.3f}] over {r.n_base}+{r.n_spec} rounds")
+            f"{percent(r.confidence)} CI [{r.low:.3f}, {r.high:.3f}] over "
+            f"{r.n_base}+{r.n_spec} rounds" + (f" (sequential rule: {looks})" if looks else ""))
     if ok:
         return Criterion("throughput_ratio", True, f"{r.low:.3f}", thr, what)
     more = (f"; about {lv.rounds_needed} rounds per arm would resolve it at this noise"
             if lv.rounds_needed else "")
-    st = report.stopping
     if st is not None and st.outcome == "inconclusive":  # its own outcome, never a pass
         need = (f"; about {st.rounds_to_resolve} rounds per arm would resolve it at this noise"
                 if st.rounds_to_resolve else "; the ratio sits on the threshold")
@@ -81,7 +86,7 @@ def _alpha_c(report: BenchReport) -> Criterion:
     alpha = lv.acceptance.alpha if lv else None
     ci = lv.c_ci if lv else None
     c = ci.high if ci is not None else (lv.c_measured if lv else None)
-    shown = (f"c = {ci.ratio:.3f} (upper bound {ci.high:.3f}, {ci.confidence:.0%} CI over "
+    shown = (f"c = {ci.ratio:.3f} (upper bound {ci.high:.3f}, {percent(ci.confidence)} CI over "
              f"{ci.n_base} rounds)" if ci is not None else f"c = {_f(c)}")
     measured = f"α={_f(alpha)} c={_f(c)}"
     if alpha is None or c is None:

@@ -34,13 +34,18 @@ _REPETITION_FLOOR = 0.3  # distinct char 4-gram ratio below this = a repetition 
 
 @dataclass(frozen=True)
 class AnalysisInputs:
-    """Thresholds the analysis needs from the spec."""
+    """Thresholds the analysis needs from the spec.
+
+    ``ratio_confidence``: the confidence of every level's throughput-ratio CI; the sequential
+    rule's per-look confidence (:class:`stats.LookPlan`), ``None`` for ``confidence``.
+    """
 
     max_tokens: int
     confidence: float
     min_ratio_lower_bound: float
     min_token_agreement: float
     min_agreement_vs_floor: float = 0.5
+    ratio_confidence: float | None = None
 
 
 def _ms(values: Sequence[float]) -> stats.Summary | None:
@@ -196,6 +201,12 @@ def _sum_opt(values: Sequence[float | None]) -> float | None:
 def analyse_levels(raw: RawRun, inp: AnalysisInputs) -> tuple[LevelResult, ...]:
     """One :class:`LevelResult` per concurrency level."""
     out = []
+    # Every level's throughput ratio is a repeated CI at the rule's per-look confidence, not
+    # only P95's: all levels were measured over the same data-chosen number of rounds, the
+    # crossover reads their lower bounds, and a repeated CI stays valid at any stopping time.
+    # A fixed design (one look) is unchanged. c, v and the A/A noise keep the nominal
+    # confidence: the rule never looks at them, so it cannot pick a lucky moment for them.
+    rc = inp.ratio_confidence or inp.confidence
     for c in raw.levels:
         b_runs, s_runs = raw.base.runs.get(c, []), raw.spec.runs.get(c, [])
         base = arm_level("base", c, b_runs, raw.base.deltas.get(c, []))
@@ -205,11 +216,11 @@ def analyse_levels(raw: RawRun, inp: AnalysisInputs) -> tuple[LevelResult, ...]:
         needed = None
         tb, ts = base.round_output_throughput, spec.round_output_throughput
         if len(tb) >= 2 and len(ts) >= 2 and min(tb + ts) > 0:
-            ratio = stats.welch_ratio_ci(tb, ts, confidence=inp.confidence)
+            ratio = stats.welch_ratio_ci(tb, ts, confidence=rc)
             needed = stats.rounds_needed(ratio.ratio, ratio.log_sd, inp.min_ratio_lower_bound,
-                                         confidence=inp.confidence)
+                                         confidence=rc)
             if len(tb) >= 3 and len(ts) >= 3:
-                boot = stats.bootstrap_ratio_ci(tb, ts, confidence=inp.confidence)
+                boot = stats.bootstrap_ratio_ci(tb, ts, confidence=rc)
         acc = acceptance(raw.engine, raw.spec.deltas.get(c, []), s_runs)
         c_ci = checks.draft_cost_ci(raw, c, inp.confidence)
         c_meas = c_ci.ratio if c_ci is not None else draft_cost(raw, c, draft, base)

@@ -217,10 +217,12 @@ class _Manifest:
 def _build_report(raw: RawRun, spec: BundleSpec, name: str, workload: Workload,
                   opts: BenchOptions, rounds: int, n_req: int, max_tokens: int,
                   warmup: int) -> BenchReport:
+    st = raw.stopping  # the ratio CIs are the rule's repeated CIs at the stopping time
     inp = AnalysisInputs(max_tokens=max_tokens, confidence=opts.confidence,
                          min_ratio_lower_bound=spec.admission.min_throughput_ratio_lower_bound,
                          min_token_agreement=spec.admission.min_token_agreement,
-                         min_agreement_vs_floor=spec.admission.min_agreement_vs_floor)
+                         min_agreement_vs_floor=spec.admission.min_agreement_vs_floor,
+                         ratio_confidence=st.per_look_confidence if st else None)
     levels = analyse_levels(raw, inp)
     crossover = stats.crossover_concurrency([lv.concurrency for lv in levels],
                                             [lv.ratio.low if lv.ratio else None for lv in levels])

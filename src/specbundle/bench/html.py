@@ -12,6 +12,7 @@ import html
 from collections.abc import Sequence
 
 from specbundle.bench.report import BenchReport, LevelResult
+from specbundle.bench.verdict import looks_text
 
 __all__ = ["render_html"]
 
@@ -246,10 +247,15 @@ def _measurement(report: BenchReport) -> str:
     if st is not None:
         need = f"; about {st.rounds_to_resolve} rounds per arm would resolve it" \
             if st.rounds_to_resolve else ""
+        looks = looks_text(st.looks, st.per_look_confidence, report.settings.confidence)
+        looks = (f" Looks: {html.escape(looks)} (Bonferroni split: the throughput-ratio CIs in "
+                 "this report are these repeated CIs, valid at whatever round the rule "
+                 "stopped)." if looks else
+                 " Looks not recorded: each used the nominal confidence.")
         out += (f"<h2>Stopping</h2><p>{html.escape(st.rule)} rule: {st.rounds} rounds "
                 f"(min {st.min_rounds}, max {st.max_rounds}), stopped: "
                 f"{html.escape(st.reason)}; outcome at P95 against {st.threshold:.3g}: "
-                f"<b>{html.escape(st.outcome)}</b>{need}; {st.elapsed_s:.0f} s.</p>")
+                f"<b>{html.escape(st.outcome)}</b>{need}; {st.elapsed_s:.0f} s.{looks}</p>")
     return out
 
 

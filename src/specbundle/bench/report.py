@@ -30,6 +30,7 @@ __all__ = [
     "CostCheck",
     "LevelResult",
     "RunSettings",
+    "StopReason",
     "Stopping",
     "Validity",
     "report_schema",
@@ -39,6 +40,8 @@ SCHEMA_VERSION = "specbundle.bench-report/v1"
 SCHEMA_ID = "https://specbundle.dev/schemas/bench-report/v1.json"
 
 Arm = Literal["base", "spec", "draft"]
+#: Why the rounds ended (:class:`Stopping`).
+StopReason = Literal["resolved", "max_rounds", "time_budget", "fixed"]
 
 
 @dataclass(frozen=True)
@@ -162,11 +165,18 @@ class Agreement:
 
 @dataclass(frozen=True)
 class Stopping:
-    """How many rounds ran and why the bench stopped there (sequential rule at P95)."""
+    """How many rounds ran and why the bench stopped there (sequential rule at P95).
+
+    The rule plans ``looks`` looks and judges each with a repeated CI at
+    ``per_look_confidence`` (:class:`specbundle.bench.stats.LookPlan`); the ratio CIs of the
+    report are those same intervals at the stopping time, so the gate judges what the rule
+    saw. Reports from before the correction load with ``looks`` 0 and no per-look
+    confidence: each of their looks used the nominal ``settings.confidence``.
+    """
 
     rule: Literal["sequential", "fixed"]
     outcome: Literal["above", "below", "inconclusive", "unmeasured"]
-    reason: Literal["resolved", "max_rounds", "time_budget", "fixed"]
+    reason: StopReason
     rounds: int
     min_rounds: int
     max_rounds: int
@@ -174,6 +184,8 @@ class Stopping:
     time_budget_s: float | None
     elapsed_s: float
     rounds_to_resolve: int | None  # for "inconclusive": rounds per arm at the seen noise
+    looks: int = 0  # looks planned (1: fixed design); 0: not recorded (older reports)
+    per_look_confidence: float | None = None  # two-sided; None: the nominal (older reports)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ baseline): c is then a per-round ratio against that round's baseline, so a busy 
 load hits both sides of c alike instead of one quiet moment deciding it.
 
 Rounds are sequential: after the spec's ``rounds`` (whole ABBA pairs), pairs are added while
-the P95 ratio CI still contains the threshold, until ``max_rounds`` or the time budget.
+the P95 ratio CI still contains the threshold, until ``max_rounds`` or the time budget. The
+looks are planned up front (:class:`stats.LookPlan`) and each uses a repeated CI at the
+per-look confidence, so stopping at the first clear look keeps the nominal error rate.
 :mod:`specbundle.bench.analysis` turns the raw runs into the report.
 """
 
@@ -35,8 +37,9 @@ from specbundle.bench import stats
 from specbundle.bench.client import AiohttpTransport, CompletionRequest, LevelRun, run_level
 from specbundle.bench.engines import adapter_for
 from specbundle.bench.prometheus import WindowDelta, window_delta
-from specbundle.bench.report import Stopping
+from specbundle.bench.report import Stopping, StopReason
 from specbundle.bench.servers import attach, get_json, scrape, served_model
+from specbundle.bench.verdict import percent
 from specbundle.bench.verifycost import PROBE_ENGINES, VerifySample, probe
 from specbundle.bench.workload import Workload
 from specbundle.errors import BenchError
@@ -158,6 +161,7 @@ class _Runner:
                               or min(64, 3 * self.rounds))
         self.budget = opts.time_budget_s or b.time_budget_s
         self.target = opts.target_ratio or spec.admission.min_throughput_ratio_lower_bound
+        self.plan = stats.LookPlan(self.rounds, self.max_rounds, opts.confidence)
         self.per_round = (3 if self._has_draft() else 2) * len(self.levels)
         # The draft alone runs beside the baseline server (llama-server holds only its own
         # model; servers given by URL already run side by side), so c's pairs can alternate
@@ -240,21 +244,23 @@ class _Runner:
         order: list[str] = []
         t0 = time.monotonic()
         r = 0
-        reason = "fixed"
+        reason: StopReason = "fixed"
         while True:
-            if r >= self.rounds and r % 2 == 0:  # look only after whole ABBA pairs
-                if self._side(base, spec) != "inconclusive":
-                    reason = "resolved" if self.max_rounds > self.rounds else "fixed"
-                    break
-                if r >= self.max_rounds:
-                    reason = "max_rounds" if self.max_rounds > self.rounds else "fixed"
+            look = self.plan.look(r, *self._p95(base, spec), self.target)
+            if look is not None:  # only after whole ABBA pairs
+                if look.stop is not None:
+                    reason = look.stop
                     break
                 pair_s = (time.monotonic() - t0) / r * 2
                 if self.budget is not None and time.monotonic() - t0 + pair_s > self.budget:
                     reason = "time_budget"
                     break
-                if r == self.rounds:
-                    self.notes.append(f"CI at P95 inconclusive after {r} rounds: extended")
+                if r == self.plan.first:
+                    self.notes.append(
+                        f"CI at P95 inconclusive after {r} rounds: extended (up to "
+                        f"{self.plan.looks} looks, each a repeated CI at "
+                        f"{percent(self.plan.per_look_confidence)} for "
+                        f"{percent(self.opts.confidence)} overall)")
                 self.total += 2 * self.per_round
             for i, arm in enumerate(("base", "spec") if r % 2 == 0 else ("spec", "base")):
                 if i == 1 and draft is not None and not self.cohost:  # next to this base
@@ -298,28 +304,19 @@ class _Runner:
                 continue
             data.verify.setdefault(c, []).extend(got)
 
+    def _p95(self, base: ArmData, spec: ArmData) -> tuple[list[float], list[float]]:
+        """Per-round output throughputs at P95, base and spec."""
+        return ([x.output_throughput for x in base.runs.get(self.p95, [])],
+                [x.output_throughput for x in spec.runs.get(self.p95, [])])
+
     def _p95_ci(self, base: ArmData, spec: ArmData) -> stats.RatioCI | None:
-        tb = [x.output_throughput for x in base.runs.get(self.p95, [])]
-        ts = [x.output_throughput for x in spec.runs.get(self.p95, [])]
-        if len(tb) < 2 or len(ts) < 2 or min(tb + ts) <= 0:
-            return None
-        return stats.welch_ratio_ci(tb, ts, confidence=self.opts.confidence)
+        """The repeated CI at P95 (per-look confidence): the one the report carries."""
+        return self.plan.ratio_ci(*self._p95(base, spec))
 
-    def _side(self, base: ArmData, spec: ArmData) -> str:
-        """Which side of the threshold the P95 ratio CI lies on, or "inconclusive"."""
-        ci = self._p95_ci(base, spec)
-        if ci is None:
-            return "unmeasured"
-        if ci.low >= self.target:
-            return "above"
-        if ci.high < self.target:
-            return "below"
-        return "inconclusive"
-
-    def _stopping(self, base: ArmData, spec: ArmData, rounds: int, reason: str,
+    def _stopping(self, base: ArmData, spec: ArmData, rounds: int, reason: StopReason,
                   elapsed: float) -> Stopping:
-        side = self._side(base, spec)
         ci = self._p95_ci(base, spec)
+        side = stats.ratio_side(ci, self.target)
         need = stats.rounds_to_resolve(ci, self.target) if ci and side == "inconclusive" \
             else None
         if side == "inconclusive":
@@ -328,12 +325,13 @@ class _Runner:
                 + (f": about {need} rounds per arm would resolve it at this noise" if need
                    else ": the ratio sits on the threshold"))
         return Stopping(
-            rule="sequential" if self.max_rounds > self.rounds else "fixed",
-            outcome=side,  # type: ignore[arg-type]
-            reason=reason,  # type: ignore[arg-type]
+            rule="sequential" if self.plan.sequential else "fixed",
+            outcome=side,
+            reason=reason,
             rounds=rounds, min_rounds=self.rounds, max_rounds=self.max_rounds,
             threshold=self.target, time_budget_s=self.budget, elapsed_s=elapsed,
-            rounds_to_resolve=need)
+            rounds_to_resolve=need, looks=self.plan.looks,
+            per_look_confidence=self.plan.per_look_confidence)
 
     def _draft_probe(self, base_url: str, reqs: dict[int, list[CompletionRequest]],
                      draft: ArmData, probe: ArmData) -> None:

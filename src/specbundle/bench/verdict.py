@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from specbundle.bench.report import BenchReport, LevelResult
 
 __all__ = ["Figures", "Verdict", "bench_verdict", "figures_of", "gate_verdict",
-           "level_verdict", "verdict_first"]
+           "level_verdict", "looks_text", "percent", "verdict_first"]
 
 Outcome = Literal["wins", "loses", "inconclusive", "invalid", "unmeasured", "admitted",
                   "rejected"]
@@ -83,14 +83,31 @@ class Figures:
     stop_reason: str = ""
     stop_threshold: float | None = None
     stop_rounds_to_resolve: int | None = None
+    stop_looks: int = 0  # looks the rule planned (0: not recorded)
+    stop_per_look_confidence: float | None = None
 
 
 def _x(v: float) -> str:
     return f"{v:.2f}×"
 
 
+def percent(confidence: float) -> str:
+    """A confidence as a percentage with the digits a Bonferroni split needs (96.7%, 90%)."""
+    return f"{confidence * 100:.3g}%"
+
+
+def looks_text(looks: int, per_look: float | None, nominal: float | None = None) -> str:
+    """How the sequential rule's looks were judged, for a sentence; "" when not recorded."""
+    if looks <= 0 or per_look is None:
+        return ""
+    overall = f" for {percent(nominal)} overall" if nominal is not None else ""
+    if looks == 1:
+        return f"one look at {percent(per_look)}"
+    return f"{looks} planned looks, each a repeated CI at {percent(per_look)}{overall}"
+
+
 def _ci(f: Figures) -> str:
-    return f"{f.confidence:.0%} CI {f.ratio_low:.2f}–{f.ratio_high:.2f}"
+    return f"{percent(f.confidence)} CI {f.ratio_low:.2f}–{f.ratio_high:.2f}"
 
 
 def _outcome(f: Figures) -> Outcome:
@@ -236,9 +253,11 @@ def _stopping(f: Figures) -> str | None:
         return None
     need = (f"; about {f.stop_rounds_to_resolve} rounds per arm would resolve it at this noise"
             if f.stop_rounds_to_resolve else "; the ratio sits on the threshold")
+    looks = looks_text(f.stop_looks, f.stop_per_look_confidence)
     return (f"the sequential rule stopped after {f.stop_rounds} rounds "
-            f"({f.stop_reason.replace('_', ' ')}) with the CI still containing the admission "
-            f"threshold {f.stop_threshold:.2f}, which is inconclusive, never a pass{need}")
+            f"({f.stop_reason.replace('_', ' ')}{'; ' + looks if looks else ''}) with the CI "
+            f"still containing the admission threshold {f.stop_threshold:.2f}, which is "
+            f"inconclusive, never a pass{need}")
 
 
 def _advice(f: Figures, outcome: Outcome) -> str | None:
@@ -307,7 +326,9 @@ def figures_of(report: BenchReport, lv: LevelResult) -> Figures:
         c_note=chk.note if chk is not None and not chk.consistent else "",
         stop_outcome=st.outcome if st else "", stop_rounds=st.rounds if st else None,
         stop_reason=st.reason if st else "", stop_threshold=st.threshold if st else None,
-        stop_rounds_to_resolve=st.rounds_to_resolve if st else None)
+        stop_rounds_to_resolve=st.rounds_to_resolve if st else None,
+        stop_looks=st.looks if st else 0,
+        stop_per_look_confidence=st.per_look_confidence if st else None)
 
 
 def bench_verdict(report: BenchReport) -> Verdict:

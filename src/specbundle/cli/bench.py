@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from specbundle.bench import BenchOptions, BenchReport, report_path, run_bench
 from specbundle.bench.runner import Progress as ProgressFn
-from specbundle.bench.verdict import Verdict, verdict_first
+from specbundle.bench.verdict import Verdict, looks_text, percent, verdict_first
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, err_console, print_table, write_json_text
 from specbundle.cli.verify import trust_option, verified
@@ -76,7 +76,12 @@ def show_report(report: BenchReport, path: Path) -> None:
                      _fmt(lv.model.extended.value if lv.model else None, ".2f"),
                      _fmt(lv.spec.itl_chunk_ms.p50 if lv.spec.itl_chunk_ms else None, ".2f"),
                      _fmt(lv.spec.itl_token_ms.p50 if lv.spec.itl_token_ms else None, ".2f")])
-    print_table(f"output tok/s, ratio spec/base with its {report.settings.confidence:.0%} CI; "
+    st = report.stopping
+    # the ratio CIs are the sequential rule's repeated CIs (per-look confidence) when it looked
+    # more than once: the header names the confidence the columns actually carry
+    conf = st.per_look_confidence if st is not None and st.per_look_confidence else \
+        report.settings.confidence
+    print_table(f"output tok/s, ratio spec/base with its {percent(conf)} CI; "
                 "pred: paper model, ext: with verification cost v (decode steps); "
                 "ITL p50 in ms per chunk and per token",
                 ["conc", "base", "spec", "ratio", "CI", "acc", "τ", "α", "c", "pred", "v",
@@ -96,9 +101,10 @@ def show_report(report: BenchReport, path: Path) -> None:
             console.print(f"c at {lv.concurrency}: {lv.c_ci.ratio:.3f} [{lv.c_ci.low:.3f}, "
                           f"{lv.c_ci.high:.3f}] over {lv.c_ci.n_base} rounds"
                           + (f"; {lv.c_check.note}" if lv.c_check else ""))
-    st = report.stopping
     if st is not None:
+        looks = looks_text(st.looks, st.per_look_confidence, report.settings.confidence)
         console.print(f"stopping: {st.outcome} after {st.rounds} rounds ({st.reason})"
+                      + (f"; {looks}" if looks else "")
                       + (f", about {st.rounds_to_resolve} rounds per arm would resolve it"
                          if st.rounds_to_resolve else ""))
     for p in v.problems:
