@@ -131,6 +131,9 @@ def test_tune_result_round_trips_and_renders_its_plot() -> None:
                    results=res, choices=choices, best_fixed=fixed, crossover_concurrency=crossover,
                    p95_concurrency=4, elapsed_s=60.0, minutes_per_k=0.5)
     assert TuneResult.from_json(r.to_json()) == r
+    old = r.to_json()
+    del old["per_look_confidence"]  # stored before the sweep recorded its per-look confidence
+    assert TuneResult.from_json(old).per_look_confidence is None
     page = render_tune_html(r)
     assert "<svg" in page and "k4-p0.5" in page and "schedule" in page and "http" not in \
         page.replace('xmlns="http://www.w3.org/2000/svg"', "")

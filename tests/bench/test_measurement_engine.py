@@ -111,6 +111,9 @@ def test_tune_finds_the_k_a_cyclic_draft_agrees_for(tmp_path: Path,
     result = run_tune(mirror, "cyc", options=TuneOptions(
         ks=(1, 3, 6), rounds=2, max_rounds=4, binary=llama_server_bin), keys=[key])
     (choice,) = result.choices
+    # looks at 2 and 4 rounds: each a repeated CI at 95 % for 90 % overall (stats.LookPlan)
+    assert result.per_look_confidence == pytest.approx(0.95)
+    assert "2 planned looks" in result.notes[0]
     assert choice.k == cyc.agree and choice.decided, result.choices
     assert result.best_fixed is not None and result.best_fixed.k == cyc.agree
     assert result.crossover_concurrency == 1

@@ -31,6 +31,7 @@ from specbundle.attest import (
     sign_statement,
 )
 from specbundle.attest.predicates import TUNE_SCHEDULE_V1
+from specbundle.bench import stats
 from specbundle.bench.api import _Manifest, _workload
 from specbundle.bench.runner import ArmData, BenchOptions, Progress, _Runner, new_run_id
 from specbundle.bench.tune_analysis import (
@@ -41,6 +42,7 @@ from specbundle.bench.tune_analysis import (
     variant_levels,
 )
 from specbundle.bench.tune_html import render_tune_html
+from specbundle.bench.verdict import percent
 from specbundle.digest import sha256_bytes
 from specbundle.errors import BenchError, UsageError
 from specbundle.mirror import Mirror, utc_now
@@ -217,15 +219,23 @@ def run_tune(mirror: Mirror, name: str, *, engine: str = "llamacpp",
         runner.per_round = (1 + len(variants)) * len(runner.levels)
         runner.total = runner.per_round * runner.rounds
         sweep = _Sweep(runner, variants, runner.levels, runner.max_rounds, runner.budget)
+        # the sweep stops at its first decided look: each look's CIs are repeated CIs at the
+        # per-look confidence, as the bench's rule (stats.LookPlan), or a setting that wins at
+        # one lucky look would be put in force more often than the confidence says
+        plan = stats.LookPlan(runner.rounds, runner.max_rounds, opts.confidence)
+        ci_confidence = plan.per_look_confidence
         t0 = time.monotonic()
-        rounds, reason = sweep.run(runner.rounds, opts.confidence)
+        rounds, reason = sweep.run(runner.rounds, ci_confidence)
         elapsed = time.monotonic() - t0
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
     base, arms = sweep.throughputs()
-    results = variant_levels(base, arms, opts.confidence)
+    results = variant_levels(base, arms, ci_confidence)
     choices, fixed, crossover = choose(results, runner.levels)
-    notes = [f"stopped after {rounds} rounds: {reason.replace('_', ' ')}"]
+    notes = [f"stopped after {rounds} rounds: {reason.replace('_', ' ')}"
+             + (f" ({plan.looks} planned looks, each a repeated CI at "
+                f"{percent(ci_confidence)} for {percent(opts.confidence)} overall)"
+                if plan.sequential else "")]
     notes += [f"concurrency {c.concurrency}: undecided (no setting significantly wins or "
               "every one significantly loses): speculation off (K = 0) until measured"
               for c in choices if not c.decided]
@@ -234,7 +244,8 @@ def run_tune(mirror: Mirror, name: str, *, engine: str = "llamacpp",
         created=utc_now(), tool_version=__version__, levels=tuple(runner.levels),
         variants=tuple(variants), rounds=rounds, round_order=tuple(sweep.order),
         requests_per_level=runner.n_req, max_tokens=runner.max_tokens,
-        confidence=opts.confidence, base_throughput=base, results=results, choices=choices,
+        confidence=opts.confidence, per_look_confidence=ci_confidence,
+        base_throughput=base, results=results, choices=choices,
         best_fixed=fixed, crossover_concurrency=crossover,
         p95_concurrency=spec.deployment.p95_concurrency, elapsed_s=elapsed,
         minutes_per_k=elapsed / 60.0 / max(1, len(variants)), notes=tuple(notes))

@@ -92,6 +92,9 @@ class TuneResult:
     elapsed_s: float
     minutes_per_k: float
     notes: tuple[str, ...] = ()
+    # the confidence of every CI in ``results`` (the sequential sweep's per-look one,
+    # stats.LookPlan); None in results stored before it was recorded: ``confidence``
+    per_look_confidence: float | None = None
 
     def schedule(self) -> TunedSchedule:
         """The schedule render consumes."""

@@ -8,6 +8,7 @@ import click
 
 from specbundle.bench.tune import TuneOptions, run_tune
 from specbundle.bench.tune_analysis import TuneResult
+from specbundle.bench.verdict import percent
 from specbundle.cli._keyopts import load_keys, passphrase_option
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json, print_table
@@ -50,7 +51,8 @@ def _show(r: TuneResult) -> None:
              "-" if c.fixed_ratio is None else f"{c.fixed_ratio:.2f}",
              "-" if c.gain_over_fixed is None else f"{c.gain_over_fixed:.2f}",
              "yes" if c.decided else "no"] for c in r.choices]
-    print_table(f"measured schedule (K = 0: speculation off), {r.confidence:.0%} CIs",
+    conf = percent(r.per_look_confidence or r.confidence)
+    print_table(f"measured schedule (K = 0: speculation off), {conf} CIs",
                 ["conc", "K", "p_min", "ratio", "CI", "fixed", "gain", "decided"], rows)
     for n in r.notes:
         console.print(f"note: {n}")
