@@ -213,6 +213,7 @@ _HOSTILE_NAMES = [
     "a\u2060b.md", "a\u2062b.md", "a\u2064b.md", "a\ufeffb.md", "a\U000e0041b.md",
     "a\U000e007fb.md", "a\u00adb.md", "a\u17b4b.md", "a\u0085b.md", "a\u009bb.md",
     "a\u200db.md", "a\u202eb.md", "model\u05d0.exe.txt", "gpj.\u0627exe", "x" * 256,
+    "\u05d0model.md", "\u0645\u062f\u0644-model.md",  # Latin beside right-to-left letters
     "/".join(["d" * 200] * 6),
 ]
 
@@ -228,6 +229,8 @@ def test_hostile_names(name: str) -> None:
     "модель.json", "模型说明.md", "モデル.md", "Ελληνικά.md", "README (copy).md", "a.b.c.json",
     "consolidated.00.pth", "icon-\u00e9t\u00e9.png", "CONFIG.json", "console.json",
     "\u05de\u05d5\u05d3\u05dc", "auxiliary.json", "com10.txt",
+    # a right-to-left name with a plain extension reads as written (Arabic, Hebrew model cards)
+    "\u0627\u0644\u0639\u0631\u0628\u064a\u0629.md", "docs/\u05ea\u05de\u05d5\u05e0\u05d4.png",
 ])
 def test_real_names_pass(name: str) -> None:
     assert name_problem(name) is None, name_problem(name)

@@ -63,7 +63,11 @@ def _component_problem(part: str) -> str | None:
             return "combining mark on an ASCII character (the name looks like another one)"
         rtl = rtl or unicodedata.bidirectional(c) in ("R", "AL")
         prev = c
-    if rtl and any(c.isascii() and c.isalnum() for c in part):
+    stem, dot, ext = part.rpartition(".")
+    # a plain ASCII extension after a right-to-left name ('العربية.md') shows as written in a
+    # left-to-right UI; Latin anywhere else is reordered around the right-to-left letters
+    latin = stem if dot and stem and ext.isascii() and ext.isalnum() else part
+    if rtl and any(c.isascii() and c.isalnum() for c in latin):
         # right-to-left letters reorder the Latin around them on screen ('txt.exe' shown
         # with its parts swapped): the displayed name is not the name the engine opens
         return "right-to-left letters mixed with Latin (the displayed order is not the real one)"
