@@ -240,3 +240,75 @@ def test_render_refuses_an_image_reference_that_would_break_the_manifest(
     code, _, err = run_cli(capsys, "render", "llama-pair", "--engine", "vllm", "--target",
                            "shell", "--mirror", str(mirror.root), "--image", "vllm:1 --x")
     assert code == 2 and "image reference 'vllm:1 --x' is not valid" in err
+
+
+# -- terminal output: names and values from model files are text, never commands -----------
+
+_TERMINAL_ACTS = ("\x1b", "\x9b", "\x07", "\r", "\u202e")
+
+
+def _inert(text: str) -> bool:
+    return not any(c in text for c in _TERMINAL_ACTS)
+
+
+@pytest.mark.parametrize("hostile", [True, False])
+def test_scan_table_shows_hostile_names_literally(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], hostile: bool) -> None:
+    d = tmp_path / "model"
+    d.mkdir()
+    # short names of an unknown type: each gets a (medium) finding, so a table row
+    names = (["[red]p.w", "[link=x]y.w", "e\x1b]8;;h\x1b\\.w", "b\x07\r.w", "r\u202ew.w"]
+             if hostile else ["notes.w"])
+    for n in names:
+        (d / n).write_text("x")
+    code, out, err = run_cli(capsys, "scan", "--path", str(d), "--no-second-opinions",
+                             "--fail-on", "critical")
+    assert _inert(out + err) and "Traceback" not in err
+    if hostile:
+        assert code == 4
+        assert "[red]p.w" in out and "[link=x]y.w" in out and "e\\x1b]8;;h\\x1b\\.w" in out
+    else:
+        assert code == 0 and "notes.w" in out
+
+
+@pytest.mark.parametrize("hostile", [True, False])
+def test_mirror_show_prints_record_values_literally(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], hostile: bool) -> None:
+    from specbundle.pull import pull_bundle
+    from specbundle.spec import load_spec
+    from tests.scan import corpus
+
+    src = corpus.hf_model(tmp_path / "src")
+    extra = (["[bold red]x[.txt", "y\x1b[2J.py", "[link=https:e]z.txt"] if hostile
+             else ["notes.txt"])
+    for n in extra:
+        (src / n).write_text("x")
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({
+        "apiVersion": "specbundle/v1", "metadata": {"name": "b"},
+        "target": {"repo": "org/t", "source": f"dir:{src}"},
+        "draft": {"repo": "org/d", "source": f"dir:{src}"},
+        "speculative": {"method": "draft_model", "num_speculative_tokens": 2},
+        "engines": {"vllm": {}}, "deployment": {"p95_concurrency": 2}}))
+    mirror = Mirror.open(tmp_path / "m", create=True)
+    pull_bundle(load_spec(spec), mirror)
+    code, out, err = run_cli(capsys, "mirror", "show", "b", "--mirror", str(mirror.root))
+    assert code == 0 and _inert(out + err)
+    if hostile:
+        assert "skipped [bold red]x[.txt" in out and "skipped [link=https:e]z.txt" in out
+        assert "y\\x1b[2J.py" in out
+    else:
+        assert "skipped notes.txt" in out
+
+
+def test_error_messages_never_carry_terminal_controls(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "no\x1b]0;pwned\x07such\udcffdir"
+    code, out, err = run_cli(capsys, "scan", "--path", str(bad), "--no-second-opinions",
+                             "--json")
+    assert code == 2 and _inert(err) and "\\x1b]0;pwned" in err and "\\udcff" in err
+    assert len(err.strip().splitlines()) == 1
+    assert _error_doc(out)["exit_code"] == 2
+    good = tmp_path / "plain-missing-dir"
+    code, _, err = run_cli(capsys, "scan", "--path", str(good), "--no-second-opinions")
+    assert code == 2 and f"{good} is not a directory" in err

@@ -13,7 +13,7 @@ import re
 from pathlib import PurePosixPath
 
 __all__ = ["check_bundle_name", "check_commit", "check_digest", "check_rel_path",
-           "check_repo", "is_commit"]
+           "check_repo", "is_commit", "printable"]
 
 #: git sha1 (40 hex) or sha256 object format (64 hex); a ``dir:`` source's content commit is
 #: a sha1 of its file list, so it has the same shape.
@@ -22,7 +22,12 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 #: Hugging Face repo ids: ``name`` or ``org/name`` of letters, digits, ``-_.``.
 _REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: C0 and C1 controls, DEL, and lone surrogates (non-UTF-8 bytes decoded with
+#: ``surrogateescape``, or ``\\udXXX`` escapes in a hub's JSON): none can be a file name that
+#: is written to a record, shown on a terminal or created on disk.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+#: Longest component any common file system creates (bytes of UTF-8).
+_MAX_COMPONENT = 255
 
 
 def is_commit(value: object) -> bool:
@@ -66,8 +71,27 @@ def check_rel_path(value: object) -> str:
     if not isinstance(value, str) or not value or len(value) > 4096:
         raise ValueError(f"not a relative path: {value!r}")
     if _CONTROL.search(value) or "\\" in value:
-        raise ValueError(f"path has control characters or backslashes: {value!r}")
+        raise ValueError(f"path has control characters or backslashes: {printable(value)}")
     p = PurePosixPath(value)
-    if p.is_absolute() or any(x in ("..", ".", "") for x in value.split("/")):
+    parts = value.split("/")
+    if p.is_absolute() or any(x in ("..", ".", "") for x in parts):
         raise ValueError(f"path is absolute or has '..'/'.'/empty segments: {value!r}")
+    if any(len(x.encode()) > _MAX_COMPONENT for x in parts):
+        raise ValueError(f"path has a component longer than {_MAX_COMPONENT} bytes: "
+                         f"{printable(value[:200])}")
     return p.as_posix()
+
+
+def printable(value: str) -> str:
+    """``value`` with controls, DEL, lone surrogates and backslashes escaped (``\\xNN``).
+
+    For names that are refused or only reported: the result is valid UTF-8, holds nothing a
+    terminal acts on, and always differs from a hostile original (it keeps a backslash), so a
+    name checker still refuses it.
+    """
+    return re.sub(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff\\]", _escape_char, value)
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    o = ord(m.group())
+    return "\\\\" if o == 0x5C else (f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}")

@@ -66,6 +66,16 @@ class SkippedFile:
             out["size"] = self.size
         return out
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SkippedFile:
+        """Inverse of :meth:`to_json`. The name is only reported, never a path, but must be text."""
+        path, reason, size = d["path"], d["reason"], d.get("size")
+        if not isinstance(path, str) or not isinstance(reason, str):
+            raise ValueError("a skipped file's path and reason must be strings")
+        if size is not None and (type(size) is not int or size < 0):
+            raise ValueError(f"skipped file {ids.printable(path)[:200]!r}: bad size {size!r}")
+        return cls(path, reason, size)
+
 
 @dataclass(frozen=True)
 class ArtifactRecord:
@@ -113,9 +123,7 @@ class ArtifactRecord:
             commit=ids.check_commit(d["commit"]),
             commit_kind=d["commit_kind"],
             files=tuple(FileEntry.from_json(f) for f in d["files"]),
-            skipped=tuple(
-                SkippedFile(s["path"], s["reason"], s.get("size")) for s in d.get("skipped", ())
-            ),
+            skipped=tuple(SkippedFile.from_json(s) for s in d.get("skipped", ())),
             pulled_at=d.get("pulled_at", ""),
         )
 

@@ -19,8 +19,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote
 
 SHA = "c0ffee" + "0" * 34
+
+
+def entry(path: str, data: bytes, **over: object) -> dict[str, object]:
+    """One honest tree-listing entry for ``data`` (``over`` replaces fields: lies)."""
+    return {"type": "file", "path": path, "size": len(data), "oid": blob_id(data), **over}
+
+
+def lfs_entry(path: str, data: bytes, **over: object) -> dict[str, object]:
+    """An LFS entry as the Hub lists it (sha256 and size of the real bytes)."""
+    return {"type": "file", "path": path, "size": len(data), "oid": "0" * 40,
+            "lfs": {"oid": hashlib.sha256(data).hexdigest(), "size": len(data),
+                    "pointerSize": 134}, **over}
 
 
 def blob_id(data: bytes) -> str:
@@ -39,6 +52,9 @@ class Behaviour:
     stall_body_after: int | None = None  # file bodies stop after this many bytes
     requests: list[str] = field(default_factory=list)
     auth: list[str] = field(default_factory=list)
+    #: the tree listing as the hub sends it (hostile entries, lies about sizes and digests);
+    #: None: one honest entry per file of ``files``
+    tree: list[dict[str, object]] | None = None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -79,10 +95,11 @@ class _Handler(BaseHTTPRequestHandler):
             if b.rate_limit_tree:
                 self._json(429, {"error": "slow down"}, {"Retry-After": "1"})
                 return
-            self._json(200, [{"type": "file", "path": p, "size": len(d), "oid": blob_id(d)}
-                             for p, d in b.files.items()])
+            self._json(200, b.tree if b.tree is not None else [
+                {"type": "file", "path": p, "size": len(d), "oid": blob_id(d)}
+                for p, d in b.files.items()])
         elif m := re.match(rf"^/{repo}/resolve/{SHA}/(.+)$", self.path):
-            self._file(m.group(1))
+            self._file(unquote(m.group(1), errors="surrogateescape"))
         else:
             self._json(404, {"error": "not found"})
 

@@ -380,3 +380,24 @@ def test_sparse_tokenizer_file_is_not_hashed(tmp_path: Path) -> None:
     rep = scan_tree(target, draft=draft, method=SpecMethod.DRAFT_MODEL, options=FAST)
     assert time.perf_counter() - t0 < 10
     assert "compat.tokenizer-mismatch" in ids(rep, Severity.HIGH) and not rep.crashed_checks
+
+
+def test_refused_names_take_no_part_in_collisions(tmp_path: Path) -> None:
+    """Two skipped absolute names share an empty first component: each is refused as unsafe,
+    and no collision with an empty file name is invented from them."""
+    from dataclasses import replace
+
+    from specbundle.record import SkippedFile
+    from specbundle.scan.files import FilesCheck
+    from specbundle.scan.inventory import walk_tree
+    from specbundle.scan.runner import run_checks
+
+    _tree(tmp_path, {"config.json": "{}"})
+    tree = replace(walk_tree(tmp_path, "target"), skipped=(
+        SkippedFile("/etc/a.json", "unsafe name"), SkippedFile("/etc/b.json", "unsafe name"),
+        SkippedFile("Config.JSON", "not matched")))
+    rep = run_checks((tree,), subject="t", method=None, options=FAST, checks=(FilesCheck(),))
+    unsafe = {f.file for f in rep.findings if f.check_id == "files.unsafe-name"}
+    assert unsafe == {"/etc/a.json", "/etc/b.json"}
+    [collision] = [f for f in rep.findings if f.check_id == "files.name-collision"]
+    assert collision.file == "Config.JSON"  # the sound names still collide

@@ -1,20 +1,74 @@
-"""Rendering of command results: rich tables for people, JSON for machines."""
+"""Rendering of command results: rich tables for people, JSON for machines.
+
+Names, values and messages shown here come from model files and hub listings: attacker text.
+Two layers keep it from acting on a terminal or a CI log:
+
+- :func:`esc` makes a value literal inside rich markup (``[link=...]`` or ``[/]`` in a file
+  name is shown, never interpreted) and escapes control characters; every command uses it
+  for data it interpolates into a markup string, and :func:`print_table` treats every plain
+  cell and title as literal text;
+- both consoles escape, as the very last step, every control, format (bidi, zero-width),
+  surrogate and line-separator character in the text they write (only rich's own styling and
+  cursor sequences are emitted raw), so an ``ESC`` in a value that reached a ``print`` any
+  other way (an error message, a warning) is shown as ``\x1b``, never obeyed.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
-from collections.abc import Sequence
+import unicodedata
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
+from rich.segment import Segment
 from rich.table import Table
+from rich.text import Text
 
-__all__ = ["console", "err_console", "json_written", "print_json", "print_table",
-           "reset_json_written", "write_json_text"]
+__all__ = ["console", "err_console", "esc", "json_written", "print_json", "print_table",
+           "reset_json_written", "term_safe", "write_json_text"]
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+_ASCII_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# controls, format characters (bidi overrides, zero-width, BOM), surrogates, line/paragraph
+# separators: what makes a terminal act or shows another text than the one written
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def _escape_char(c: str) -> str:
+    o = ord(c)
+    if o < 0x100:
+        return f"\\x{o:02x}"
+    return f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+def term_safe(text: str) -> str:
+    """``text`` with every character a terminal acts on or hides escaped (newline and tab kept)."""
+    if text.isascii():
+        return text if text.isprintable() else _ASCII_UNSAFE.sub(
+            lambda m: _escape_char(m.group()), text)
+    return "".join(_escape_char(c) if c not in "\n\t" and unicodedata.category(c) in _HIDDEN
+                   else c for c in text)
+
+
+def esc(value: object) -> str:
+    """A value made literal for rich markup and safe for a terminal."""
+    return escape(term_safe(str(value)))
+
+
+class _SafeConsole(Console):
+    """A console that never writes a control character it did not generate itself."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            seg if seg.control else Segment(term_safe(seg.text), seg.style, None)
+            for seg in buffer)
+
+
+console: Console = _SafeConsole(highlight=False, soft_wrap=True)
+err_console: Console = _SafeConsole(stderr=True, highlight=False, soft_wrap=True)
 
 # Whether this invocation already put its JSON document on stdout: with --json, a failure
 # after that (verify's "verified: false", scan's blocked report) must not add a second one.
@@ -43,11 +97,18 @@ def print_json(value: Any) -> None:
     write_json_text(json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def _cell(value: Any) -> Text:
+    if isinstance(value, Text):  # styled on purpose by the caller (e.g. a status)
+        return value
+    return Text("" if value is None else term_safe(str(value)))
+
+
 def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A simple table."""
-    table = Table(title=title, show_edge=False, header_style="bold")
+    """A simple table; plain cells and the title are literal text (never markup)."""
+    table = Table(title=None if title is None else _cell(title), show_edge=False,
+                  header_style="bold")
     for c in columns:
         table.add_column(c)
     for r in rows:
-        table.add_row(*("" if v is None else str(v) for v in r))
+        table.add_row(*(_cell(v) for v in r))
     console.print(table)

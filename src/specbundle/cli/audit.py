@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from rich.text import Text
 
 from specbundle._fsutil import atomic_write_bytes
 from specbundle.audit import AuditReport, BundleAudit, audit, verify_events, write_checkpoint
@@ -27,7 +28,7 @@ from specbundle.audit.queries import (
 from specbundle.audit.revocation import RevocationCheck, revocation_lines
 from specbundle.cli._keyopts import load_keys, passphrase_option
 from specbundle.cli._options import json_option, mirror_option, open_mirror
-from specbundle.cli._output import console, print_json, print_table
+from specbundle.cli._output import console, esc, print_json, print_table
 from specbundle.errors import UsageError, VerificationError
 from specbundle.mirror import Mirror
 from specbundle.verify import TrustPolicy, load_policy
@@ -66,7 +67,11 @@ def _need_policy(trust: Path | None) -> TrustPolicy:
 
 
 def _status(s: str) -> str:
-    return f"[{_STYLE.get(s, 'bold red')}]{s}[/]"
+    return f"[{_STYLE.get(s, 'bold red')}]{esc(s)}[/]"
+
+
+def _status_cell(s: str) -> Text:
+    return Text.from_markup(_status(s))
 
 
 def _fail_if_broken(report: AuditReport) -> None:
@@ -89,20 +94,23 @@ def _show_revocations(check: RevocationCheck) -> None:
 
 
 def _show_bundle(b: BundleAudit) -> None:
-    console.print(f"\n[bold]{b.name}[/] ({b.method}), created {b.created} by specbundle "
-                  f"{b.tool_version}: chain {_status('failed' if b.broken else 'ok')}")
+    # names, paths, licenses and repos come from records and model cards: shown literally
+    console.print(f"\n[bold]{esc(b.name)}[/] ({esc(b.method)}), created {esc(b.created)} by "
+                  f"specbundle {esc(b.tool_version)}: chain "
+                  f"{_status('failed' if b.broken else 'ok')}")
     for a in b.artifacts:
         bad = [f for f in a.files if f.status != "ok"]
         console.print(
-            f"  [bold]{a.role}[/] {a.repo}  requested {a.requested_revision} -> {a.commit} "
-            f"({a.commit_kind})\n    source {a.source}  endpoint {a.endpoint or '-'}  "
-            f"license {a.license or 'unknown'}  purl {a.purl}\n    OMS root {a.oms_root}  "
+            f"  [bold]{esc(a.role)}[/] {esc(a.repo)}  requested {esc(a.requested_revision)} -> "
+            f"{esc(a.commit)} ({esc(a.commit_kind)})\n    source {esc(a.source)}  endpoint "
+            f"{esc(a.endpoint or '-')}  license {esc(a.license or 'unknown')}  purl "
+            f"{esc(a.purl)}\n    OMS root {esc(a.oms_root)}  "
             f"files {len(a.files) - len(bad)}/{len(a.files)} verified")
         for f in bad:
-            console.print(f"    {_status(f.status)} {f.path}: recorded {f.sha256}, "
-                          f"object {f.actual_sha256 or '-'}")
+            console.print(f"    {_status(f.status)} {esc(f.path)}: recorded {esc(f.sha256)}, "
+                          f"object {esc(f.actual_sha256 or '-')}")
     print_table(None, ["evidence", "status", "detail"],
-                [[x.name, _status(x.status), x.detail] for x in b.links])
+                [[x.name, _status_cell(x.status), x.detail] for x in b.links])
     if b.attestations:
         print_table(None, ["#", "kind", "time", "signed by", "fingerprints"],
                     [[t.line, t.kind, t.time, ", ".join(t.signer_names),
@@ -110,25 +118,26 @@ def _show_bundle(b: BundleAudit) -> None:
     for pb in b.pair_bindings:
         tgt, drf = pb.get("target") or {}, pb.get("draft") or {}
         tok = (pb.get("tokenizer") or {}).get("draftMatchesTarget")
-        console.print(f"  pair binding #{pb['line']} ({_status(str(pb['status']))}): draft "
-                      f"{drf.get('repo')}@{str(drf.get('commit'))[:12]} -> target "
-                      f"{tgt.get('repo')}@{str(tgt.get('commit'))[:12]}, method "
-                      f"{pb.get('method')}, tokenizer matches: {tok}")
+        console.print(f"  pair binding #{esc(pb['line'])} ({_status(str(pb['status']))}): "
+                      f"draft {esc(drf.get('repo'))}@{esc(str(drf.get('commit'))[:12])} -> "
+                      f"target {esc(tgt.get('repo'))}@{esc(str(tgt.get('commit'))[:12])}, "
+                      f"method {esc(pb.get('method'))}, tokenizer matches: {esc(tok)}")
     if b.scan.present:
         print_table(None, ["scanner", "version", "status"],
                     [[s["tool"], s.get("version") or "-", s["status"]] for s in b.scan.scanners])
     if b.bench_runs:
         print_table(None, ["run", "engine", "concurrency", "ratio", "alpha", "c", "status"],
                     [[r.run_id, r.engine, r.concurrency, r.throughput_ratio, r.alpha, r.c,
-                      _status(r.link.status)] for r in b.bench_runs])
+                      _status_cell(r.link.status)] for r in b.bench_runs])
     for d in b.admissions:
-        console.print(f"  admission #{d['line']}: {d['result']} at {d['time']} by "
-                      f"{', '.join(d['signer_names'])} ({_status(str(d['status']))})")
+        console.print(f"  admission #{esc(d['line'])}: {esc(d['result'])} at {esc(d['time'])} "
+                      f"by {esc(', '.join(d['signer_names']))} ({_status(str(d['status']))})")
     for r in b.renders:
         if r.references_draft:
-            console.print(f"  rendered manifest render/{r.path} references the draft")
+            console.print(f"  rendered manifest render/{esc(r.path)} references the draft")
     for i in b.images:
-        console.print(f"  {i.engine} image {i.reference} {i.image_id} ({_status(i.link.status)})")
+        console.print(f"  {esc(i.engine)} image {esc(i.reference)} {esc(i.image_id)} "
+                      f"({_status(i.link.status)})")
 
 
 @click.group("audit", cls=_DefaultToShow, invoke_without_command=False)
@@ -153,9 +162,9 @@ def show(subject: str, mirror_dir: Path | None, trust: Path | None, no_rehash: b
         console.print(f"event log: {_status('ok' if log.ok else 'failed')} "
                       f"({log.chain.entries} entries, {len(log.checkpoints)} checkpoints)")
         for i in log.chain.issues:
-            console.print(f"  {_status('failed')} {i.message}")
+            console.print(f"  {_status('failed')} {esc(i.message)}")
         for p in log.problems:
-            console.print(f"  {_status('failed')} {p}")
+            console.print(f"  {_status('failed')} {esc(p)}")
         _show_revocations(log.revocations)
         for b in report.bundles:
             _show_bundle(b)

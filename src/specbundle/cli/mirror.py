@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from specbundle.cli._options import json_option, mirror_option, open_mirror
-from specbundle.cli._output import console, print_json, print_table
+from specbundle.cli._output import console, esc, print_json, print_table
 from specbundle.errors import CorruptMirror, MirrorError
 
 __all__ = ["command"]
@@ -65,17 +65,20 @@ def show(bundle: str, mirror_dir: Path | None, as_json: bool) -> None:
     if as_json:
         print_json(rec.to_json())
         return
-    console.print(f"[bold]{rec.name}[/]  created {rec.created}  (specbundle {rec.tool_version})")
+    # every value below comes from the record, i.e. from a hub listing: shown literally
+    console.print(f"[bold]{esc(rec.name)}[/]  created {esc(rec.created)}  "
+                  f"(specbundle {esc(rec.tool_version)})")
     for art in rec.artifacts:
         console.print(
-            f"\n[bold]{art.role}[/] {art.repo}  {art.requested_revision} -> {art.commit}"
-            f" ({art.commit_kind})  source={art.source} endpoint={art.endpoint or '-'}"
+            f"\n[bold]{esc(art.role)}[/] {esc(art.repo)}  {esc(art.requested_revision)} -> "
+            f"{esc(art.commit)} ({esc(art.commit_kind)})  source={esc(art.source)} "
+            f"endpoint={esc(art.endpoint or '-')}"
         )
-        console.print(f"  path: {m.artifact_dir(art)}")
+        console.print(f"  path: {esc(m.artifact_dir(art))}")
         print_table(None, ["file", "size", "sha256", "hub lfs sha256"],
                     [[f.path, f.size, f.sha256, f.lfs_sha256 or "-"] for f in art.files])
         for s in art.skipped:
-            console.print(f"  skipped {s.path}: {s.reason}")
+            console.print(f"  skipped {esc(s.path)}: {esc(s.reason)}")
 
 
 @command.command("gc")

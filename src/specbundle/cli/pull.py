@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from specbundle.cli._options import json_option, mirror_option, open_mirror
-from specbundle.cli._output import console, err_console, print_json, print_table
+from specbundle.cli._output import console, err_console, esc, print_json, print_table
 from specbundle.cli._progress import byte_progress
 from specbundle.pull import PullResult, pull_bundle
 from specbundle.spec import load_spec
@@ -19,7 +19,7 @@ def show_result(res: PullResult, mirror_root: Path) -> None:
     """Human summary of a pull."""
     rec = res.record
     state = "unchanged" if res.unchanged else "committed"
-    console.print(f"bundle [bold]{rec.name}[/] {state} in {mirror_root}")
+    console.print(f"bundle [bold]{esc(rec.name)}[/] {state} in {esc(mirror_root)}")
     rows = []
     for art, cnt in zip(rec.artifacts, res.artifacts, strict=True):
         rows.append([art.role, art.repo, art.requested_revision, art.commit, len(art.files),

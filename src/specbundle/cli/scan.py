@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.markup import escape
 
 from specbundle._fsutil import atomic_write_bytes
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import (
     console,
     err_console,
+    esc,
     print_json,
     print_table,
     write_json_text,
@@ -39,8 +39,8 @@ def _render(report: ScanReport, fmt: str, fail_on: Severity) -> str | None:
         return json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n"
     if fmt == "sarif":
         return json.dumps(to_sarif(report), indent=2, sort_keys=True) + "\n"
-    rows = [[f.severity.value, f.check_id, f.role or "-", escape(f.file or "-"),
-             escape(f.message)] for f in report.findings]
+    rows = [[f.severity.value, f.check_id, f.role or "-", f.file or "-", f.message]
+            for f in report.findings]  # print_table shows cells literally
     print_table(f"scan of {report.subject}", ["severity", "check", "role", "file", "message"],
                 rows)
     for t in report.templates:
@@ -51,7 +51,7 @@ def _render(report: ScanReport, fmt: str, fail_on: Severity) -> str | None:
     n = len(report.blocking(fail_on))
     verdict = "[bold red]BLOCKED[/]" if report.blocked_at(fail_on) else "[bold green]clean[/]"
     console.print(f"{verdict}: {n} finding(s) at or above {fail_on.value}; "
-                  f"{len(report.files)} files; report sha256 {report.sha256}")
+                  f"{len(report.files)} files; report sha256 {esc(report.sha256)}")
     return None
 
 
@@ -91,7 +91,7 @@ def command(bundle: str | None, mirror_dir: Path | None, tree: Path | None,
             print_json(rules)
         else:
             print_table("scan check ids", ["check", "what it finds"],
-                        [[k, escape(v)] for k, v in sorted(rules.items())])
+                        [[k, v] for k, v in sorted(rules.items())])
         return
     if (bundle is None) == (tree is None):
         raise UsageError("give either BUNDLE or --path DIR")

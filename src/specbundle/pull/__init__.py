@@ -9,6 +9,7 @@ visible; an interrupted pull resumes from what it verified.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -24,12 +25,13 @@ from specbundle.mirror.lease import Lease
 from specbundle.pull.fetch import FetchOutcome, Journal, fetch_file
 from specbundle.pull.huggingface import HubSource, endpoint_from_env
 from specbundle.pull.interface import ModelSource, ProgressSink, ResolvedRevision
+from specbundle.pull.listing import ListingRejected, screen_listing
 from specbundle.pull.local import DirSource, content_commit
 from specbundle.pull.selection import select_files
 from specbundle.record import ArtifactRecord, BundleRecord, Role
 from specbundle.spec import ArtifactSpec, BundleSpec, dump_spec
 
-__all__ = ["ArtifactPull", "PullResult", "pull_bundle", "source_for"]
+__all__ = ["ArtifactPull", "ListingRejected", "PullResult", "pull_bundle", "source_for"]
 
 _faults.register("pull.trees-built", "pull.record-saved", "pull.event-appended",
                  "pull.published")
@@ -73,7 +75,11 @@ def _pull_artifact(
     progress: ProgressSink | None, cancel: threading.Event, lease: Lease,
 ) -> tuple[ArtifactRecord, ArtifactPull]:
     resolved: ResolvedRevision = source.resolve(art.repo, art.revision)
-    wanted, skipped = select_files(art, resolved.files)
+    # hostile names never reach a URL, the store, the record or a terminal unescaped
+    listed, unsafe = screen_listing(f"{role} {art.repo}@{resolved.commit or resolved.requested}",
+                                    resolved.files)
+    wanted, skipped = select_files(art, listed)
+    skipped = tuple(sorted((*skipped, *unsafe), key=lambda s: s.path))
     if not wanted:
         raise SourceUnavailable(f"{role} {art.repo}@{resolved.commit}: no servable files "
                                 "(safetensors, GGUF, configs) after selection")
@@ -85,7 +91,13 @@ def _pull_artifact(
     task = progress.add_task(f"{role} {art.repo}", total=total) if progress else None
     futures = [pool.submit(fetch_file, mirror, source, resolved, f, journal, progress, task,
                            cancel, lease) for f in wanted]
-    outcomes: list[FetchOutcome] = [fu.result() for fu in futures]
+    try:
+        outcomes: list[FetchOutcome] = [fu.result() for fu in futures]
+    finally:
+        # verified files are found again by the next run; the journal is a cache, so one
+        # that cannot be written costs re-downloads only
+        with contextlib.suppress(SpecbundleError, OSError):
+            journal.flush()
     entries = tuple(sorted((o.entry for o in outcomes), key=lambda e: e.path))
     commit = resolved.commit or content_commit(entries)
     # An endpoint given as https://user:token@host must not reach the record, the event log

@@ -40,6 +40,7 @@ from huggingface_hub.errors import HTTPError as HubTransportError  # type: ignor
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils._headers import build_hf_headers
 
+from specbundle import ids
 from specbundle.errors import SourceUnavailable, UsageError, redact
 from specbundle.pull.interface import ModelSource, OpenSink, RemoteFile, ResolvedRevision
 
@@ -51,6 +52,9 @@ _SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
 # What HfApi raises when the endpoint cannot be reached: huggingface_hub re-exports its HTTP
 # stack's base error (requests, httpx or httpx2 depending on its version), so name it there.
 _UNREACHABLE = (HfHubHTTPError, HubTransportError, httpx.HTTPError, OSError)
+# What parsing a well-delivered but malformed answer raises inside the library (a listing
+# entry without its fields, a number where a string belongs, a body that is not JSON).
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError)
 
 
 def endpoint_from_env() -> str:
@@ -210,24 +214,35 @@ class HubSource(ModelSource):
             raise self._missing(repo, revision) from err
         except _UNREACHABLE as err:
             raise SourceUnavailable(f"{self.endpoint} unavailable resolving {repo}: {err}") from err
-        commit = info.sha
-        if not commit or not _SHA1_RE.match(commit):
+        except _MALFORMED as err:
+            raise self._malformed(f"model info of {repo}@{revision}", err) from err
+        commit: object = info.sha
+        if not isinstance(commit, str) or not _SHA1_RE.match(commit):
             raise SourceUnavailable(f"{repo}@{revision}: endpoint returned no commit sha")
         if _SHA1_RE.match(revision) and revision != commit:
             raise SourceUnavailable(f"{repo}: asked for commit {revision}, endpoint gave {commit}")
         try:
             tree = list(self._api.list_repo_tree(repo, revision=commit, recursive=True))
+            files = tuple(
+                RemoteFile(
+                    path=e.path, size=e.size,
+                    lfs_sha256=e.lfs.sha256 if e.lfs is not None else None,
+                    git_blob_id=e.blob_id if e.lfs is None else None,
+                )
+                for e in tree if isinstance(e, RepoFile)
+            )
         except _UNREACHABLE as err:
             raise SourceUnavailable(f"cannot list {repo}@{commit}: {err}") from err
-        files = tuple(
-            RemoteFile(
-                path=e.path, size=e.size,
-                lfs_sha256=e.lfs.sha256 if e.lfs is not None else None,
-                git_blob_id=e.blob_id if e.lfs is None else None,
-            )
-            for e in tree if isinstance(e, RepoFile)
-        )
+        except _MALFORMED as err:
+            raise self._malformed(f"file listing of {repo}@{commit}", err) from err
         return ResolvedRevision(repo, revision, commit, "git", files)
+
+    def _malformed(self, what: str, err: Exception) -> SourceUnavailable:
+        """An answer the client library could not parse: the endpoint is not a working hub API."""
+        why = ids.printable(f"{type(err).__name__}: {err}")[:200]
+        return SourceUnavailable(f"{self.endpoint} answered a malformed {what} ({why})",
+                                 hint="check that HF_ENDPOINT / --endpoint is a Hugging Face "
+                                      "compatible API")
 
     def _missing(self, repo: str, revision: str) -> SourceUnavailable:
         # Some endpoints (olah among them) answer an unknown revision as "repo not found";

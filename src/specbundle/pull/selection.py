@@ -51,7 +51,8 @@ def select_files(
         skipped.append(SkippedFile(f.path, reason, f.size))
 
     for f in sorted(files, key=lambda x: x.path):
-        if PurePosixPath(f.path).name.startswith(".git"):
+        parts = PurePosixPath(f.path).parts
+        if parts[-1].startswith(".git") or any(x.lower() == ".git" for x in parts):
             skip(f, "git metadata")
         elif _is_pickle(f.path):
             if not art.allow_pickle:

@@ -119,7 +119,9 @@ def _collisions(names: list[str]) -> Iterator[tuple[str, list[str]]]:
     """Names (files, and the folders they imply) that one file system would make one."""
     groups: dict[str, set[str]] = defaultdict(set)
     for n in names:
-        parts = n.split("/")
+        # empty components (an absolute or doubled-slash name, refused on its own) are not a
+        # shared folder: '/a' and '/b' must not collide on ''
+        parts = [p for p in n.split("/") if p]
         key = ""
         for i, part in enumerate(parts):
             key = f"{key}/{_fold(part)}" if i else _fold(part)
