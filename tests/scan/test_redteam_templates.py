@@ -88,6 +88,63 @@ BYPASSES = {
     # parser differential: text to Jinja, maybe code to another engine
     "raw-block": "{% raw %}{{ messages.__class__ }}{% endraw %}",
 }
+B = f"{S}[::2]"  # a built "__class__"
+# round 2: a built string reaching a key through a channel the provenance analysis did not
+# follow (each passed the static check; hidden and padded past the every-branch render's size
+# gate, the whole scan)
+BYPASSES.update({
+    "loop-previtem": f"{{% for k in [{B}, 'x'] %}}{{% if not loop.first %}}"
+                     "{{ messages[loop.previtem] }}{% endif %}{% endfor %}",
+    "loop-nextitem": f"{{% for k in ['x', {B}] %}}{{{{ messages[loop.nextitem] }}}}{{% endfor %}}",
+    "loop-previtem-format": "{% for k in ['%s', 'x'] %}{% if not loop.first %}"
+                            "{{ loop.previtem % messages }}{% endif %}{% endfor %}",
+    "namespace-alias": f"{{% set ns = namespace(k={B}) %}}{{% set n2 = ns %}}"
+                       "{{ messages[n2.k] }}",
+    "namespace-in-list": f"{{% set ns = namespace(k={B}) %}}{{% for n in [ns] %}}"
+                         "{{ messages[n.k] }}{% endfor %}",
+    "namespace-indexed": f"{{% set ns = namespace(k={B}) %}}{{{{ messages[[ns][0].k] }}}}",
+    "namespace-conditional": f"{{% set ns = namespace(k={B}) %}}"
+                             "{{ messages[(ns if true else 1).k] }}",
+    "namespace-in-dict": f"{{% set ns = namespace(k={B}) %}}{{{{ messages[{{'n': ns}}.n.k] }}}}",
+    "namespace-macro-default": f"{{% set ns = namespace(k={B}) %}}{{% macro m(n=ns) %}}"
+                               "{{ messages[n.k] }}{% endmacro %}{{ m() }}",
+    "namespace-tuple-unpack": f"{{% set ns = namespace(k={B}) %}}{{% set a, b = ns, 1 %}}"
+                              "{{ messages[a.k] }}",
+    "namespace-positional-dict": f"{{% set ns = namespace({{'k': {B}}}) %}}"
+                                 "{{ messages[ns.k] }}",
+    "namespace-repr-sliced": f"{{% set ns = namespace(k={B}) %}}"
+                             "{{ messages[(ns|string)[20:29]] }}",
+    "namespace-data-key": f"{{% set ns = namespace({{'0': {B}}}) %}}{{{{ messages[ns[0|string]] }}}}",
+    "append-through-alias": f"{{% set a = [] %}}{{% set b = a %}}{{% set _ = b.append({B}) %}}"
+                            "{{ messages[a[0]] }}",
+    "append-to-element": f"{{% set a = [[]] %}}{{% set _ = a[0].append({B}) %}}"
+                         "{{ messages[a[0][0]] }}",
+    "append-via-loop-variable": f"{{% set a = [[]] %}}{{% for l in a %}}"
+                                f"{{% set _ = l.append({B}) %}}{{% endfor %}}"
+                                "{{ messages[a[0][0]] }}",
+    "append-via-parameter": f"{{% macro m(l) %}}{{% set _ = l.append({B}) %}}{{% endmacro %}}"
+                            "{% set a = [] %}{{ m(a) }}{{ messages[a[0]] }}",
+    "strftime-key": "{{ messages[strftime_now('_x')] }}",
+    "strftime-format-string": "{{ strftime_now('%%s') % messages }}",
+    "join-positional-attr": f"{{{{ messages|join('', {B}) }}}}",
+    "map-join-positional-attr": f"{{{{ [messages]|map('join', '', {B})|list }}}}",
+    "macro-named-namespace": f"{{% macro namespace(k) %}}{{{{ messages[k] }}}}{{% endmacro %}}"
+                             f"{{{{ namespace({B}) }}}}",
+    "macro-named-range": "{% macro range(a) %}_{{ '_' }}class__{% endmacro %}"
+                         "{{ messages[range(1)] }}",
+    # llama.cpp only: mutual recursion crashes llama-server (SIGSEGV); a value multiplied
+    # into itself wraps past 64 bits there; a chained comparison and the template's first
+    # character mean something else there (test_template_engines confirms each)
+    "mutual-recursion": "{% macro a(x) %}{{ b(x) }}{% endmacro %}"
+                        "{% macro b(x) %}{{ a(x) }}{% endmacro %}{{ a(1) }}",
+    "mutual-recursion-3": "{% macro a(x) %}{{ b(x) }}{% endmacro %}{% macro b(x) %}{{ c(x) }}"
+                          "{% endmacro %}{% macro c(x) %}{{ a(x ~ 'y') }}{% endmacro %}"
+                          "{{ a(1) }}",
+    "multiplied-into-itself": "{% set ns = namespace(x=1) %}{% for m in messages %}"
+                              "{% set ns.x = ns.x * 9999 %}{% endfor %}"
+                              "{% if ns.x < 0 %}only llama.cpp{% endif %}",
+    "chained-comparison": '{% if "a" == "a" == true %}only llama.cpp{% endif %}',
+})
 # what costs the analysis (or the compiler) more than linear time is refused, not analysed
 TOO_LARGE = {
     "names-times-branches": "".join(f"{{% set a{i} = 1 %}}" for i in range(1001))
@@ -98,6 +155,18 @@ TOO_LARGE = {
                              + "{{ messages[k] }}",
 }
 BYPASSES.update(TOO_LARGE)
+
+
+# padded past EVERY_BRANCH_MAX_BYTES: only the static check stands between these and a pass
+PADDED = ("{# " + "x" * 70_000 + " #}",)
+# doubling through a copy is seen by the every-branch render only (statically still open)
+_STATIC = [k for k in BYPASSES if k not in TOO_LARGE and k != "doubling-via-copy"]
+
+
+@pytest.mark.parametrize("tpl", [BYPASSES[k] for k in _STATIC], ids=_STATIC)
+def test_bypass_blocks_statically(tpl: str) -> None:
+    problems = analyse_template(HIDE % tpl + PADDED[0])
+    assert any(sev.rank >= Severity.HIGH.rank for _c, sev, _m in problems), problems
 
 
 @pytest.mark.parametrize("tpl", BYPASSES.values(), ids=BYPASSES.keys())
@@ -132,6 +201,26 @@ BENIGN = {
                              "{{ t(spec['items']) }}{% endif %}{% endmacro %}{{ t({}) }}",
     "range-over-messages": "{% for i in range(messages|length - 1, -1, -1) %}"
                            "{{ messages[i].role }}{% endfor %}",
+    # the round-2 bypasses' benign twins
+    "loop-previtem-of-data": "{% for m in messages %}{% if not loop.first %}"
+                             "{{ loop.previtem.role }}{{ messages[loop.index0].role }}"
+                             "{% endif %}{% endfor %}",
+    "namespace-to-macro": "{% set ns = namespace(k='role') %}{% macro m(n) %}"
+                          "{{ messages[0][n.k] }}{% endmacro %}{{ m(ns) }}",
+    "append-data-read-back": "{% set ns = namespace(ids=[]) %}{% for m in messages %}"
+                             "{% set _ = ns.ids.append(m.role) %}{% endfor %}"
+                             "{% for k in ns.ids %}{{ messages[0].get(k) }}{% endfor %}",
+    "strftime-printed": '{{ strftime_now("%d %B %Y") }}',
+    "join-separator": "{{ messages|map(attribute='role')|join(', ') }}",
+    "mutual-recursion-into-data": "{% macro a(x) %}{% for y in x %}{{ b(y) }}{% endfor %}"
+                                  "{% endmacro %}{% macro b(x) %}{% if x is mapping %}"
+                                  "{{ a(x|items) }}{% endif %}{% endmacro %}{{ a(tools or []) }}",
+    "accumulated-text": '{% set ns = namespace(x="") %}{% for m in messages %}'
+                        '{% set ns.x = ns.x ~ ("-" * 3) ~ m.role %}{% endfor %}{{ ns.x }}',
+    "counter": "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+               "{% endfor %}{{ ns.n * 2 }}",
+    "one-comparison": "{% if messages|length == 1 and 0 < messages|length %}x{% endif %}",
+    "first-line-then-block": "X\n{% if true %}y{% endif %}",
 }
 
 

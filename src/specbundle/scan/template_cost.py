@@ -23,7 +23,8 @@ from specbundle.scan.template_walk import Tree
 
 __all__ = [
     "COMPILE_LIMIT", "MAX_MACRO_DEPTH", "RANGE_LIMIT", "REPEAT_LIMIT", "const_ints",
-    "int_value", "loop_size", "recursion", "self_references", "too_large",
+    "int_value", "loop_size", "multiplied_into_itself", "recursion", "self_references",
+    "too_large",
 ]
 
 RANGE_LIMIT = 100_000
@@ -105,6 +106,31 @@ def self_references(n: nodes.Assign) -> int:
     return _copies(n.node, n.target) if isinstance(n.target, (nodes.Name, nodes.NSRef)) else 0
 
 
+def multiplied_into_itself(n: nodes.Assign, tree: Tree) -> bool:
+    """Whether an assignment multiplies its own target (``x = x * k``, ``ns.x = 2 * (ns.x +
+    1)``): it grows geometrically. One sweep over the value: the references to the target
+    that lie inside a product."""
+    t = n.target
+    if not isinstance(t, (nodes.Name, nodes.NSRef)):
+        return False
+    start, end = tree.span(n.node)
+    start -= 1  # the value itself
+    depth = [0] * (end - start + 1)  # products open at each position (difference array)
+    inside = 0
+    for q in range(start, end):
+        e = tree.order[q]
+        if isinstance(e, nodes.Mul):
+            depth[0 if q == start else q - start] += 1
+            depth[tree.span(e)[1] - start] -= 1
+        inside += depth[q - start]
+        if inside and ((isinstance(t, nodes.Name) and isinstance(e, nodes.Name)
+                        and e.name == t.name)
+                       or (isinstance(t, nodes.NSRef) and isinstance(e, nodes.Getattr)
+                           and e.attr == t.attr)):
+            return True
+    return False
+
+
 def _range_size(n: nodes.For, ints: dict[str, int | None]) -> int:
     """Iterations of ``for x in range(<constants>)`` (1 for a loop over data)."""
     it = n.iter
@@ -160,17 +186,10 @@ def _reaches(e: nodes.Node, roots: set[str], parts: set[str]) -> bool:
     return (isinstance(e, nodes.Name) and e.name in roots) or _descends(e, roots, parts)
 
 
-def recursion(m: nodes.Macro, tree: Tree) -> Iterator[Problem]:
-    """A macro calling itself must pass on a part of what it was given (``f(spec.items)``, an
-    element of a loop over a parameter): data is finite, so that recursion ends. One that
-    passes its own arguments unchanged, or grown (``f(n + 1)``, ``f(n ~ "a")``), never ends:
-    Python stops it at its recursion limit, a C++ engine runs out of stack."""
-    calls = [c for c in tree.within(m, nodes.Call)
-             if isinstance(c.node, nodes.Name) and c.node.name == m.name]
-    if not calls:
-        return
+def _parts(m: nodes.Macro, tree: Tree) -> tuple[set[str], set[str]]:
+    """A macro's parameters, and the names bound inside it to parts of them."""
     params = {a.name for a in m.args}
-    parts: set[str] = set()  # names bound inside the macro to parts of its parameters
+    parts: set[str] = set()
     bindings: list[nodes.For | nodes.Assign] = tree.within(m, (nodes.For, nodes.Assign))
     for _ in range(4):
         before = len(parts)
@@ -181,12 +200,53 @@ def recursion(m: nodes.Macro, tree: Tree) -> Iterator[Problem]:
                              if isinstance(t, nodes.Name))
         if len(parts) == before:
             break
-    for c in calls:
-        if not any(_descends(a, params, parts) for a in [*c.args, *(k.value for k in c.kwargs)]):
-            yield ("template.resource", Severity.HIGH,
-                   f"macro {m.name!r} calls itself without passing on a part of its arguments "
-                   "(endless recursion)")
-            return
+    return params, parts
+
+
+def recursion(tree: Tree) -> Iterator[Problem]:
+    """Macros calling themselves, or each other in a cycle (``a`` -> ``b`` -> ``a``), must
+    pass on a part of what they were given somewhere along the cycle (``f(spec.items)``, an
+    element of a loop over a parameter): data is finite, so that recursion ends. A cycle whose
+    every call passes its arguments unchanged, or grown (``f(n + 1)``, ``f(n ~ "a")``), never
+    ends: Python stops it at its recursion limit, llama.cpp's engine runs out of stack and the
+    server dies (SIGSEGV). So the calls that do not descend form a graph that must have no
+    cycle (real templates recurse mutually over data: functionary's
+    get_array_typescript <-> get_parameter_typescript)."""
+    macros = {m.name: m for m in tree.find_all(nodes.Macro)}
+    still: dict[str, set[str]] = {}  # macro -> macros it calls without descending
+    for name, m in macros.items():
+        calls = [c for c in tree.within(m, nodes.Call)
+                 if isinstance(c.node, nodes.Name) and c.node.name in macros]
+        if not calls:
+            continue
+        params, parts = _parts(m, tree)
+        still[name] = {c.node.name for c in calls if isinstance(c.node, nodes.Name) and not any(
+            _descends(a, params, parts) for a in [*c.args, *(k.value for k in c.kwargs)])}
+    # a cycle in ``still``: iterative depth-first search, each macro once (linear)
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for root in sorted(still):
+        if root in state:
+            continue
+        stack = [(root, iter(sorted(still.get(root, ()))))]
+        state[root] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                cycle = [n for n, _ in stack][[n for n, _ in stack].index(nxt):]
+                how = "calls itself without passing on a part of its arguments" if len(
+                    cycle) == 1 else ("and " + ", ".join(repr(c) for c in cycle[1:])
+                                      + " call each other without passing on a part of "
+                                      "their arguments")
+                yield ("template.resource", Severity.HIGH,
+                       f"macro {cycle[0]!r} {how} (endless recursion)")
+                return
+            elif nxt not in state:
+                state[nxt] = 1
+                stack.append((nxt, iter(sorted(still.get(nxt, ())))))
 
 
 def _macro_depth(tree: Tree) -> int:

@@ -15,6 +15,7 @@ template can run up without a sample conversation reaching them are refused stat
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from jinja2 import nodes
@@ -36,6 +37,7 @@ from specbundle.scan.template_cost import (
     const_ints,
     int_value,
     loop_size,
+    multiplied_into_itself,
     recursion,
     self_references,
     too_large,
@@ -60,7 +62,7 @@ def _const_name(arg: nodes.Expr, allowed: frozenset[str], what: str) -> Problem 
 
 # The (0-based, after the input) positional argument that names an attribute, per filter.
 _ATTR_POSITION = {"sort": 2, "unique": 1, "min": 1, "max": 1, "sum": 0, "groupby": 0,
-                  "selectattr": 0, "rejectattr": 0}
+                  "selectattr": 0, "rejectattr": 0, "join": 1}
 
 
 def _filter_args(node: nodes.Filter, depth: int = 0) -> Iterator[Problem]:
@@ -189,7 +191,6 @@ def _node(n: nodes.Node, ctx: _Context) -> Iterator[Problem]:
     elif isinstance(n, nodes.Macro):
         if (p := _private(n.name, "macro")):
             yield p
-        yield from recursion(n, ctx.tree)
     elif isinstance(n, nodes.Filter):
         if n.name not in ALLOWED_FILTERS:
             cid = {"attr": "template.attr-filter", "format": "template.format"}.get(
@@ -218,6 +219,16 @@ def _node(n: nodes.Node, ctx: _Context) -> Iterator[Problem]:
         yield ("template.resource", Severity.HIGH,
                "a value assigned from two copies of itself (doubles each time: denial of "
                "service)")
+    elif isinstance(n, nodes.Assign) and multiplied_into_itself(n, ctx.tree):
+        # ``x = x * k`` grows geometrically: past 2**63 Python keeps a big integer and
+        # llama.cpp's engine wraps to a negative one (another branch taken)
+        yield ("template.engine-differs", Severity.HIGH,
+               "a value multiplied into itself (overflows 64 bits: llama.cpp's engine wraps "
+               "around where Jinja does not)")
+    elif isinstance(n, nodes.Compare) and len(n.ops) > 1:
+        yield ("template.engine-differs", Severity.HIGH,
+               "chained comparison (Jinja reads 'a == b == c' as 'a == b and b == c', "
+               "llama.cpp's engine as '(a == b) == c')")
 
 
 def _call(n: nodes.Call, ctx: _Context) -> Iterator[Problem]:
@@ -276,6 +287,7 @@ def policy_problems(ast: nodes.Template, tree: Tree | None = None) -> list[Probl
     if (size := loop_size(ast, ctx.macro_nodes, ctx.ints, {})) > RANGE_LIMIT:
         out.append(("template.resource", Severity.HIGH,
                     f"nested constant loops of {size} iterations (denial of service)"))
+    out.extend(recursion(tree))
     seen = set(out)
     for n in [ast, *tree.order]:
         for p in _node(n, ctx):
@@ -285,9 +297,19 @@ def policy_problems(ast: nodes.Template, tree: Tree | None = None) -> list[Probl
     return out
 
 
-def lexical_problems(tokens: Iterator[tuple[int, str, str]]) -> list[Problem]:
+# llama.cpp's lexer, stripping blanks before a block at the start of a template, drops the
+# template's first character with them: ``X {% if %}`` renders without the X there
+_FIRST_CHAR_DROPPED = re.compile(r"\A[^\s][ \t\v\f]*\{[%#]")
+
+
+def lexical_problems(tokens: Iterator[tuple[int, str, str]], source: str = "") -> list[Problem]:
     """What only the token stream shows: a ``{% raw %}`` block, which no real chat template
-    uses, hides text from Jinja that another engine (llama.cpp's) may parse as code."""
+    uses, hides text from Jinja that another engine (llama.cpp's) may parse as code; and
+    text only one engine renders."""
+    if _FIRST_CHAR_DROPPED.match(source.replace("\r", "\n")):
+        return [("template.engine-differs", Severity.HIGH,
+                 "text before the first block that llama.cpp's engine drops (its first "
+                 "character, with the blanks after it)")]
     for _line, kind, _value in tokens:
         if kind == "raw_begin":
             return [("template.construct", Severity.HIGH,

@@ -13,6 +13,7 @@ capped. Only templates that passed the static check are rendered.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -34,6 +35,43 @@ _FORMAT_METHODS = frozenset({"format", "format_map"})
 
 class _Budget(Exception):
     """The render ran past its deadline or output budget."""
+
+
+class _Differs(Exception):
+    """The render did something llama.cpp's engine evaluates differently (checked on
+    llama-server: tests/scan/test_template_engines.py)."""
+
+
+_INT64 = 1 << 63
+_CASE_FOLDING = ("sort", "min", "max", "unique", "dictsort")  # case_sensitive=False default
+
+
+def _same_in_cpp(fn: Any, name: str) -> Any:
+    """A filter Jinja runs case-insensitively by default, llama.cpp's engine by byte order:
+    a result that depends on which is a differential."""
+    def run(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        if name == "unique":  # a generator: read once, here
+            out = list(out)
+        try:  # (an explicit positional case_sensitive: the second call cannot be made)
+            exact = None if "case_sensitive" in kwargs else list(
+                fn(*args, **kwargs, case_sensitive=True))
+        except TypeError:
+            exact = None
+        if exact is not None and exact != list(out):
+            raise _Differs(f"|{name} of strings differing in case (Jinja ignores case, "
+                           "llama.cpp's engine does not)")
+        return out
+    for attr in ("jinja_pass_arg",):
+        if hasattr(fn, attr):
+            setattr(run, attr, getattr(fn, attr))
+    return run
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        raise _Differs("'is number' of a boolean (true in Jinja, false in llama.cpp's engine)")
+    return isinstance(value, (int, float, complex))
 
 
 class GenerationTag(Extension):
@@ -67,7 +105,7 @@ def _raise(message: object) -> None:
 class TrialEnvironment(ImmutableSandboxedEnvironment):
     """The immutable sandbox, minus private attributes and string formatting, with a budget."""
 
-    intercepted_binops = frozenset({"*", "**", "%", "+"})
+    intercepted_binops = frozenset({"*", "**", "%", "+", "-"})
 
     def __init__(self, *, deadline_s: float = 1.0, max_output: int = 1 << 20,
                  every_branch: bool = False) -> None:
@@ -87,6 +125,9 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
         self.filters["from_json"] = json.loads
         for name in ("format", "attr", "xmlattr"):
             self.filters[name] = _denied(f"|{name}")
+        for name in _CASE_FOLDING:
+            self.filters[name] = _same_in_cpp(self.filters[name], name)
+        self.tests["number"] = _is_number
         for name in ("replace", "indent", "join", "center", "wordwrap", "truncate"):
             if name in self.filters:
                 self.filters[name] = self._bounded(self.filters[name], name)
@@ -186,7 +227,20 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
         if operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(
                 right, (str, list, tuple)) and len(left) + len(right) > self.max_output:
             raise _Budget("concatenation beyond the output budget")
-        return super().call_binop(context, operator, left, right)
+        out = super().call_binop(context, operator, left, right)
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                      for v in (left, right))
+        if numbers and operator == "%" and out != math.fmod(left, right):
+            raise _Differs(f"{left} % {right} (the sign follows the divisor in Jinja, the "
+                           "dividend in llama.cpp's engine)")
+        if numbers and isinstance(out, int) and not -_INT64 <= out < _INT64:
+            raise _Differs("an integer past 64 bits (llama.cpp's engine wraps around)")
+        return out
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        if isinstance(obj, str) and isinstance(argument, int) and argument < 0:
+            raise _Differs("a negative index into a string (llama.cpp's engine gives '')")
+        return super().getitem(obj, argument)
 
 
 _TOOLS = [{"type": "function", "function": {
@@ -266,6 +320,8 @@ def trial_render(ast: nodes.Template, env: TrialEnvironment) -> list[Problem]:
             _stream(template.generate(**_SPECIAL, **sample), env)
         except SecurityError as err:
             return [("template.sandbox", Severity.CRITICAL, f"trial render: {err}")]
+        except _Differs as err:
+            return [("template.engine-differs", Severity.HIGH, f"trial render: {err}")]
         except _Budget as err:
             return [("template.resource", Severity.HIGH, f"trial render: {err}")]
         except OverflowError as err:  # the sandbox's range limit: an engine without one hangs

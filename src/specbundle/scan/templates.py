@@ -59,7 +59,7 @@ def analyse_template(source: str, *, render: bool = True) -> list[tuple[str, Sev
     try:
         ast = env.parse(source)
         tree = Tree(ast)
-        out = lexical_problems(env.lex(source)) + policy_problems(ast, tree)
+        out = lexical_problems(env.lex(source), source) + policy_problems(ast, tree)
         seen = set(out)
         for const in tree.find_all(nodes.Const):
             if isinstance(const.value, str) and (m := _SUSPICIOUS.search(const.value)):
@@ -145,6 +145,8 @@ class TemplateCheck(Check):
         "template.test": "A test real chat templates never use",
         "template.call": "A call of something that is not a macro, allowed global or method",
         "template.sandbox": "The trial render touched something the sandbox denies",
+        "template.engine-differs": "A construct llama.cpp's engine evaluates differently "
+                                   "from Jinja (another branch, other text)",
         "template.resource": "Resource-exhaustion construct",
         "template.not-text": "Template field that is not a string",
         "template.size": "Template larger than the limit",
