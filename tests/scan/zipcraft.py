@@ -114,12 +114,15 @@ def torch_members(data_pkl: bytes) -> list[Member]:
             Member("archive/data/0", b"\x00" * 16), Member("archive/version", b"3\n")]
 
 
-def torch_writer_layout(members: list[Member]) -> bytes:
-    """The archive as torch.save's miniz writer lays it out (zip64 mode, stored records).
+def torch_writer_layout(members: list[Member], *, wide: bool = False) -> bytes:
+    """The archive as torch.save's miniz writer lays it out (stored records, zip64 end records).
 
-    Each local header has the data-descriptor flag and zero sizes, an ``FB`` extra field that
-    pads the data to a 64-byte boundary, and is followed by a zip64 data descriptor; the end
-    has a zip64 end record and locator before the classic end record.
+    Each local header has the data-descriptor and UTF-8 flags (0x0808), zero sizes, a zero DOS
+    date, and an ``FB`` extra field that pads the data to a 64-byte boundary; a data descriptor
+    follows each member (with 32-bit sizes; ``wide``: the zip64 form torch writes past 4 GiB)
+    except an empty one, which has only the UTF-8 flag and its (zero) sizes;
+    the end has a zip64 end record and locator before the classic end record. Byte for byte
+    what torch 2.13 writes (tests/scan/test_real_torch.py holds it to a real file).
     """
     out = bytearray()
     cd = bytearray()
@@ -130,10 +133,13 @@ def torch_writer_layout(members: list[Member]) -> bytes:
         pad = -start % 64
         extra = b"FB" + struct.pack("<H", pad) + b"Z" * pad
         crc = zlib.crc32(m.data)
-        out += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 0, 0x0008, 0, 0, 0x21, 0, 0, 0,
+        flags = 0x0808 if m.data else 0x0800  # an empty member has no descriptor
+        out += struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 0, flags, 0, 0, 0, 0, 0, 0,
                            len(name), len(extra)) + name + extra + m.data
-        out += struct.pack("<4sIQQ", b"PK\x07\x08", crc, len(m.data), len(m.data))
-        cd += struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 0x031E, 0, 0x0008, 0, 0, 0x21,
+        if m.data:
+            out += struct.pack("<4sIQQ" if wide else "<4sIII", b"PK\x07\x08", crc,
+                               len(m.data), len(m.data))
+        cd += struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 0, 0, flags, 0, 0, 0,
                           crc, len(m.data), len(m.data), len(name), 0, 0, 0, 0, 0, off) + name
     cd_off = len(out)
     out += cd

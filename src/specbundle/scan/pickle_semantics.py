@@ -19,6 +19,7 @@ _STRING_OPS = frozenset({"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "B
 _INT_OPS = frozenset({"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4"})
 _PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 _GET_OPS = frozenset({"GET", "BINGET", "LONG_BINGET"})
+_BYTES_OPS = frozenset({"BINBYTES", "SHORT_BINBYTES", "BINBYTES8"})
 _FORBIDDEN_OPS = frozenset({"EXT1", "EXT2", "EXT4", "NEXT_BUFFER", "READONLY_BUFFER"})
 # Every opcode of protocols 0-5 as of CPython 3.11; a newer one is "unknown" and blocked.
 _KNOWN_OPS = frozenset(op.name for op in pickletools.opcodes)
@@ -29,6 +30,7 @@ class _Opaque:
 
 
 _OPAQUE = _Opaque()
+_BYTES = _Opaque()  # a bytes literal (BINBYTES...): the one opaque value a bytes call may take
 
 
 @dataclass(frozen=True)
@@ -108,9 +110,65 @@ class _State:
             self.problem("pickle.global-not-allowed", f"global {name} is not on the allow-list")
         return _Global(name)
 
-    def require_callable(self, item: Item, opname: str) -> None:
-        if not isinstance(item, _Global):
+    def call(self, fn: Item, args: Item, opname: str) -> Item:
+        """``fn(*args)``: a resolved global, called the way torch.save's output calls it (for an
+        allowed global; any other is a problem already); the call's value."""
+        if not isinstance(fn, _Global):
             self.problem("pickle.unresolved-call", f"{opname} on a callable that is not a global")
+            return _OPAQUE
+        why = _call_problem(fn.name, args) if fn.name in self.allowed else None
+        if why:
+            self.problem("pickle.call-not-allowed", f"{opname} calls {fn.name} {why}")
+        return _BYTES if fn.name in _BYTES_CALLS and not why else _OPAQUE
+
+
+# -- call rules ----------------------------------------------------------------------------------
+# Being on the allow-list says a global may appear; these rules say how it may be called, for the
+# globals where that matters. Storage classes, torch.Tensor, Parameter, dtypes and layouts are
+# operands (a persistent id's type, _rebuild_from_type_v2's class), never called by torch.save's
+# output: ``torch.Tensor(10**12)`` allocates memory of any size (torch 2.13 runs it even with
+# weights_only=True), so a call of one is refused. Bytes constructors take text or a bytes
+# literal, never a size; ``_codecs.encode`` looks its codec up by name, so only the latin-1 that
+# pickle itself writes (protocol 2's bytes). A function that calls an argument
+# (``_rebuild_from_type_v2``, ``_rebuild_wrapper_subclass``) must name a tensor rebuilder and a
+# tensor class, not any allowed callable with any arguments (which would bypass the rules here).
+_LATIN1 = frozenset({"latin1", "latin-1"})
+_TENSOR_REBUILDERS = frozenset(f"torch._utils._rebuild_{n}" for n in (
+    "tensor", "tensor_v2", "tensor_v3", "parameter", "parameter_with_state", "qtensor",
+    "sparse_tensor", "nested_tensor", "meta_tensor_no_storage", "wrapper_subclass"))
+_TENSOR_CLASSES = frozenset({"torch.Tensor", "torch.nn.parameter.Parameter"})
+# The globals torch.save's output calls; any other ``torch.*`` global is an operand.
+_TORCH_CALLABLES = _TENSOR_REBUILDERS | {"torch._tensor._rebuild_from_type_v2", "torch.Size",
+                                         "torch.device", "torch.serialization._get_layout"}
+_BYTES_CALLS = frozenset({"builtins.bytearray", "__builtin__.bytearray", "builtins.bytes",
+                          "__builtin__.bytes", "_codecs.encode"})
+
+
+def _call_problem(name: str, args: Item) -> str | None:
+    """Why calling the global ``name`` with ``args`` is not what a checkpoint does, or None."""
+    if name.startswith("torch.") and name not in _TORCH_CALLABLES:
+        return "(an operand: torch.save never calls it)"
+    if name == "_codecs.encode":
+        ok = (isinstance(args, tuple) and len(args) == 2 and isinstance(args[0], str)
+              and args[1] in _LATIN1)
+        return None if ok else "with arguments other than (text, 'latin1')"
+    if name in _BYTES_CALLS:
+        ok = isinstance(args, tuple) and (args == () or (
+            len(args) <= 2 and (isinstance(args[0], str) or args[0] is _BYTES)
+            and (len(args) == 1 or args[1] in _LATIN1)))
+        return None if ok else "with arguments other than text or a bytes literal"
+    if name == "torch._tensor._rebuild_from_type_v2":  # calls func(*args), then a class
+        func, cls, inner = (args[0], args[1], args[2]) if isinstance(args, tuple) and len(
+            args) == 4 else (None, None, None)
+        if not (isinstance(func, _Global) and func.name in _TENSOR_REBUILDERS
+                and isinstance(cls, _Global) and cls.name in _TENSOR_CLASSES):
+            return "with something other than a tensor rebuilder and tensor class"
+        return _call_problem(func.name, inner)
+    if name == "torch._utils._rebuild_wrapper_subclass":
+        ok = (isinstance(args, tuple) and len(args) > 0 and isinstance(args[0], _Global)
+              and args[0].name in _TENSOR_CLASSES)
+        return None if ok else "with a class that is not a tensor class"
+    return None
 
 
 def _int(arg: object) -> int:
@@ -153,7 +211,7 @@ def _step(st: _State, op: pickletools.OpcodeInfo, arg: object) -> None:
         module, _, attr = str(arg).partition(" ")
         g = st.add_global(f"{module}.{attr}")
         if name == "INST":
-            st.pop_mark()
+            st.call(g, tuple(st.pop_mark()), name)
             st.stack.append(_OPAQUE)
         else:
             st.stack.append(g)
@@ -190,19 +248,21 @@ def _step_structural(st: _State, op: pickletools.OpcodeInfo, arg: object) -> Non
     elif name == "MARK":
         st.marks.append(len(st.stack))
     elif name == "REDUCE":
-        st.pop()
-        st.require_callable(st.pop(), name)
-        st.stack.append(_OPAQUE)
+        args = st.pop()
+        st.stack.append(st.call(st.pop(), args, name))
     elif name in ("NEWOBJ", "NEWOBJ_EX"):
         if name == "NEWOBJ_EX":
             st.pop()
-        st.pop()
-        st.require_callable(st.pop(), name)
+        args = st.pop()
+        # cls.__new__(cls, *args[, **kwargs]): keyword arguments make the arguments unknown
+        st.call(st.pop(), args if name == "NEWOBJ" else _OPAQUE, name)
         st.stack.append(_OPAQUE)
     elif name == "OBJ":
         items = st.pop_mark()
-        st.require_callable(items[0] if items else _OPAQUE, name)
+        st.call(items[0] if items else _OPAQUE, tuple(items[1:]), name)
         st.stack.append(_OPAQUE)
+    elif name in _BYTES_OPS:
+        st.stack.append(_BYTES)
     elif name == "BINPERSID":
         pid = st.pop()
         st.pids.append(pid if isinstance(pid, tuple) else (pid,))

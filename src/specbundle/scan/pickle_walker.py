@@ -30,6 +30,7 @@ from specbundle.scan.pickle_semantics import (
 )
 
 __all__ = [
+    "LEGACY_STORAGE_TYPES",
     "NATIVE",
     "NUMPY_ALLOWED",
     "STORAGE_TYPES",
@@ -45,31 +46,64 @@ _STORAGE_NAMES = (
     "ComplexFloat", "ComplexDouble", "QInt8", "QUInt8", "QInt32", "QUInt4x2", "QUInt2x4",
     "Float8_e4m3fn", "Float8_e5m2",
 )
-STORAGE_TYPES: frozenset[str] = frozenset(
+# Storage classes a persistent id may name (never called: torch.load reads their ``dtype``).
+# torch.save pickles a tensor of a dtype with no typed storage class (uint16/32/64, the fnuz and
+# e8m0 float8s, float4, complex32) as ``torch.storage.UntypedStorage`` of its bytes; only the zip
+# loader reads that (the legacy loader fails on it), so the legacy set leaves it out.
+LEGACY_STORAGE_TYPES: frozenset[str] = frozenset(
     {f"torch.{n}Storage" for n in _STORAGE_NAMES} | {"torch.UntypedStorage"}
 )
+STORAGE_TYPES: frozenset[str] = LEGACY_STORAGE_TYPES | {"torch.storage.UntypedStorage"}
+# Every torch.dtype of torch 2.13 (module constants: resolving one calls nothing).
 _DTYPES = ("float16", "float32", "float64", "bfloat16", "int8", "int16", "int32", "int64",
-           "uint8", "bool", "float8_e4m3fn", "float8_e5m2", "complex64", "complex128")
+           "uint8", "uint16", "uint32", "uint64", "bool", "complex32", "complex64",
+           "complex128", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+           "float8_e8m0fnu", "float4_e2m1fn_x2", "qint8", "quint8", "qint32", "quint4x2",
+           "quint2x4", "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16",
+           *(f"int{i}" for i in range(1, 8)), *(f"uint{i}" for i in range(1, 8)))
+# Quantization schemes (constants, an argument of _rebuild_qtensor).
+_QSCHEMES = ("per_tensor_affine", "per_channel_affine", "per_channel_affine_float_qparams",
+             "per_tensor_symmetric", "per_channel_symmetric")
 
-# What real PyTorch state dicts reference (torch.load(weights_only=True) semantics, narrowed
-# to what LLM checkpoints use). Everything else is blocked, whatever it is.
+# What real torch.save output references (checked against torch 2.13's own writer; see
+# tests/scan/test_real_torch.py), a subset of torch.load(weights_only=True)'s list: data-only
+# reconstructors and constants. Everything else is blocked, whatever it is. Which of these may
+# be *called*, and with what, is narrowed further by pickle_semantics' call rules (a storage
+# class or torch.Tensor is an operand, never a callee; _codecs.encode only decodes latin-1).
 TORCH_ALLOWED: frozenset[str] = frozenset(
     {
-        "collections.OrderedDict",
-        "torch._utils._rebuild_tensor",
-        "torch._utils._rebuild_tensor_v2",
+        # containers and plain values (protocol 2 spells builtins ``__builtin__``; Python maps
+        # it to builtins for protocols < 3 and fails to import it above)
+        "collections.OrderedDict",  # state_dict() and its ``_metadata`` attribute
+        "collections.Counter",  # a dict subclass: counts, calls nothing
+        "builtins.set", "__builtin__.set",  # a set value (protocols < 4)
+        "builtins.frozenset", "__builtin__.frozenset",
+        "builtins.complex", "__builtin__.complex",  # a complex value
+        "builtins.bytearray", "__builtin__.bytearray",  # bytearray (protocols < 5)
+        "__builtin__.bytes",  # b"" (protocol 2: bytes() with no argument)
+        "_codecs.encode",  # any other bytes (protocol 2: encode(text, "latin1"))
+        # tensors: storage + offset + size + stride (+ dtype, quantizer, layout) to a tensor
+        "torch._utils._rebuild_tensor",  # torch < 0.4
+        "torch._utils._rebuild_tensor_v2",  # every dtype with a typed storage class
+        "torch._utils._rebuild_tensor_v3",  # dtypes without one (uint16, float8_e8m0fnu...)
         "torch._utils._rebuild_parameter",
-        "torch._utils._rebuild_parameter_with_state",
-        "torch._tensor._rebuild_from_type_v2",
+        "torch._utils._rebuild_parameter_with_state",  # a Parameter with attributes
+        "torch._tensor._rebuild_from_type_v2",  # a tensor with attributes (rebuilder checked)
+        "torch._utils._rebuild_meta_tensor_no_storage",  # device="meta": sizes, no data
+        "torch._utils._rebuild_qtensor",  # quantized tensors
+        "torch._utils._rebuild_sparse_tensor",  # COO/CSR/CSC/BSR/BSC from their tensors
+        "torch._utils._rebuild_nested_tensor",  # nested tensors from buffer and sizes
+        "torch._utils._rebuild_wrapper_subclass",  # a wrapper subclass (its class checked)
         "torch.Tensor",
         "torch.nn.parameter.Parameter",
         "torch.Size",
         "torch.device",
-        "torch.serialization._get_layout",
+        "torch.serialization._get_layout",  # a layout by name from torch's own table
         "torch.strided",
     }
     | STORAGE_TYPES
     | {f"torch.{d}" for d in _DTYPES}
+    | {f"torch.{q}" for q in _QSCHEMES}
 )
 
 # An object-dtype .npy pickles the array itself; its elements must need no global at all.

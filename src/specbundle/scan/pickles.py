@@ -26,6 +26,7 @@ from specbundle.scan.interface import Check, CheckContext
 from specbundle.scan.inventory import ArtifactTree, TreeFile
 from specbundle.scan.pickle_ops import BudgetExceeded, fast_ops
 from specbundle.scan.pickle_walker import (
+    LEGACY_STORAGE_TYPES,
     NUMPY_ALLOWED,
     STORAGE_TYPES,
     TORCH_ALLOWED,
@@ -36,6 +37,7 @@ from specbundle.scan.sniff import FileKind
 from specbundle.scan.zipwalk import (
     ZipAmbiguity,
     ZipArchive,
+    ZipEntry,
     read_member,
     verify_crcs,
     walk_zip,
@@ -78,16 +80,18 @@ def _zipfile_differs(f: TreeFile, archive: ZipArchive) -> str | None:
 
 def _storage_key(pid: tuple[object, ...], legacy: bool) -> str | None:
     """The storage key of a torch persistent id, or None if the id is not of that shape."""
-    ok_len = (5, 6) if legacy else (5,)
+    ok_len, types = ((5, 6), LEGACY_STORAGE_TYPES) if legacy else ((5,), STORAGE_TYPES)
     if (len(pid) in ok_len and pid[0] == "storage" and isinstance(pid[2], str)
             and isinstance(pid[3], str) and isinstance(pid[4], int)
-            and getattr(pid[1], "name", None) in STORAGE_TYPES):
+            and getattr(pid[1], "name", None) in types):
         return pid[2]
     return None
 
 
 _TAR_BLOCK = 512
-# Bytes per element of each legacy storage type (torch._utils._element_size).
+# Bytes per element of each storage type (torch._utils._element_size); every other storage
+# type's elements are bytes (Byte, Char, Bool, QInt8, QUInt8, QUInt4x2,
+# QUInt2x4, the float8s, and UntypedStorage, whose count is its size in bytes).
 _ELEMENT_SIZE: dict[str, int] = {
     "Double": 8, "Long": 8, "ComplexFloat": 8, "ComplexDouble": 16, "Float": 4, "Int": 4,
     "QInt32": 4, "Half": 2, "BFloat16": 2, "Short": 2,
@@ -178,6 +182,8 @@ class PickleCheck(Check):
         "pickle.global-not-allowed": "A global outside the PyTorch checkpoint allow-list",
         "pickle.unresolved-global": "STACK_GLOBAL operands the walker cannot resolve",
         "pickle.unresolved-call": "A call whose callable is not a resolved global",
+        "pickle.call-not-allowed": "An allowed global called in a way torch.save never writes "
+                                   "(a storage class called, bytes of a size, a codec by name)",
         "pickle.opcode-not-allowed": "An opcode checkpoints never use (EXT*, buffers)",
         "pickle.unknown-opcode": "An opcode the walker does not know",
         "pickle.malformed": "Broken or truncated pickle stream",
@@ -308,7 +314,6 @@ class PickleCheck(Check):
         if problem:
             yield finding("pickle.zip-malformed", Severity.CRITICAL, problem, f.rel)
             return
-        names = [e.name for e in archive.entries]
         pkl = [e for e in archive.entries
                if e.name.endswith("/data.pkl") and e.name.count("/") == 1]
         if len(pkl) != 1:
@@ -316,12 +321,13 @@ class PickleCheck(Check):
                           "zip is not a torch checkpoint (one <dir>/data.pkl)", f.rel)
             return
         prefix = pkl[0].name.rsplit("/", 1)[0] + "/"
-        stored: set[str] = set()
-        for n in names:
+        stored: dict[str, ZipEntry] = {}
+        for e in archive.entries:
+            n = e.name
             rel = n[len(prefix):] if n.startswith(prefix) else None
             m = _ZIP_STORAGE.match(rel) if rel is not None else None
             if m:
-                stored.add(m.group(1))
+                stored[m.group(1)] = e
             elif rel != "data.pkl" and not (rel is not None and _ZIP_META.match(rel)):
                 yield finding("pickle.zip-member", Severity.HIGH,
                               f"unexpected member {n!r}", f.rel, member=n)
@@ -340,18 +346,41 @@ class PickleCheck(Check):
         yield from self._zip_storages(f.rel, walk, stored)
 
     @staticmethod
-    def _zip_storages(rel: str, walk: PickleWalk, stored: set[str]) -> Iterator[Finding]:
-        referenced: set[str] = set()
+    def _zip_storages(rel: str, walk: PickleWalk, stored: dict[str, ZipEntry]
+                      ) -> Iterator[Finding]:
+        """Every storage referenced is stored, and stored as torch.save stores it.
+
+        torch.load reads a storage two ways: inflated and checked against the size data.pkl
+        declares (the default), or, with ``mmap=True`` (transformers passes it for zip
+        checkpoints), as that many raw bytes from where the member's data starts, whatever its
+        size or compression: a deflated member or one whose size is not the declared one reads
+        differently in each (checked against torch 2.13). torch.save stores every storage,
+        uncompressed, at its size.
+        """
+        referenced: dict[str, tuple[int, int]] = {}
         for pid in walk.persistent_ids:
             key = _storage_key(pid, legacy=False)
             if key is None:
                 yield finding("pickle.persistent-id", Severity.CRITICAL,
                               "persistent id is not a torch storage", rel, pid=repr(pid)[:200])
-            else:
-                referenced.add(key)
-        for key in sorted(referenced - stored):
+            elif referenced.setdefault(key, _storage_shape(pid)) != _storage_shape(pid):
+                yield finding("pickle.persistent-id", Severity.HIGH,
+                              f"storage {key!r} is declared with two sizes", rel)
+        for key in sorted(referenced.keys() & stored.keys()):
+            el, numel = referenced[key]
+            e = stored[key]
+            if e.method != 0:
+                yield finding("pickle.zip-storage", Severity.HIGH,
+                              f"storage {key} is compressed: torch.load(mmap=True) would read "
+                              "its compressed bytes as the tensor's", rel)
+            elif e.usize != el * numel:
+                yield finding("pickle.zip-storage", Severity.HIGH,
+                              f"storage {key} holds {e.usize} bytes, data.pkl declares "
+                              f"{el * numel}: torch.load(mmap=True) would read other bytes",
+                              rel)
+        for key in sorted(referenced.keys() - stored.keys()):
             yield finding("pickle.zip-storage", Severity.HIGH, f"storage {key} is missing", rel)
-        for key in sorted(stored - referenced):
+        for key in sorted(stored.keys() - referenced.keys()):
             yield finding("pickle.zip-storage", Severity.MEDIUM,
                           f"storage {key} is not referenced by data.pkl", rel)
 
