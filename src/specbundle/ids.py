@@ -23,7 +23,7 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 #: C0 and C1 controls, DEL, and lone surrogates (non-UTF-8 bytes decoded with
-#: ``surrogateescape``, or ``\\udXXX`` escapes in a hub's JSON): none can be a file name that
+#: ``surrogateescape``, or ``\\udc80``-style escapes in a hub's JSON): none can be a file name that
 #: is written to a record, shown on a terminal or created on disk.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 #: Longest component any common file system creates (bytes of UTF-8).

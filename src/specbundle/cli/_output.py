@@ -28,6 +28,8 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from specbundle.scan.text import escape_char
+
 __all__ = ["console", "err_console", "esc", "json_written", "print_json", "print_table",
            "reset_json_written", "term_safe", "write_json_text"]
 
@@ -37,19 +39,12 @@ _ASCII_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _HIDDEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
-def _escape_char(c: str) -> str:
-    o = ord(c)
-    if o < 0x100:
-        return f"\\x{o:02x}"
-    return f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
-
-
 def term_safe(text: str) -> str:
     """``text`` with every character a terminal acts on or hides escaped (newline and tab kept)."""
     if text.isascii():
         return text if text.isprintable() else _ASCII_UNSAFE.sub(
-            lambda m: _escape_char(m.group()), text)
-    return "".join(_escape_char(c) if c not in "\n\t" and unicodedata.category(c) in _HIDDEN
+            lambda m: escape_char(m.group()), text)
+    return "".join(escape_char(c) if c not in "\n\t" and unicodedata.category(c) in _HIDDEN
                    else c for c in text)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import unicodedata
 
-__all__ = ["HIDDEN_CATEGORIES", "hidden_chars", "is_invisible", "safe_text"]
+__all__ = ["HIDDEN_CATEGORIES", "escape_char", "hidden_chars", "is_invisible", "safe_text"]
 
 # Unicode categories that render as nothing, or as something else than they are: controls
 # (C0/C1), format characters (bidi overrides, zero-width joiners, BOM, tags), surrogates,
@@ -48,7 +48,8 @@ def is_invisible(c: str) -> bool:
     return cat in HIDDEN_CATEGORIES or cat == "Zs"
 
 
-def _escape(c: str) -> str:
+def escape_char(c: str) -> str:
+    """One code point as its ``\\xhh``, ``\\uhhhh`` or ``\\Uhhhhhhhh`` escape."""
     o = ord(c)
     if o < 0x100:
         return f"\\x{o:02x}"
@@ -59,7 +60,7 @@ def safe_text(s: str) -> str:
     """``s`` with every non-printable or invisible code point (space excepted) escaped."""
     if s.isascii() and s.isprintable():
         return s
-    return "".join(c if c == " " or not is_invisible(c) else _escape(c) for c in s)
+    return "".join(c if c == " " or not is_invisible(c) else escape_char(c) for c in s)
 
 
 def hidden_chars(s: str) -> list[str]:
