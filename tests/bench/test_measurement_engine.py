@@ -53,8 +53,18 @@ def test_a_draft_that_is_the_target_measures_c_near_one_and_is_rejected(
     assert lv.draft is not None and len(lv.draft.round_output_throughput) == 16
     gate = evaluate(report, parse_spec(doc).admission)
     assert not gate.admitted
-    assert any(r.startswith("alpha_above_c: α = ") and "≤ c = " in r and "upper bound" in r
-               for r in gate.reasons), gate.reasons
+    # the draft is the target: it agrees on (nearly) every token, so α ≈ 1 and α > c cannot
+    # decide; c's upper bound sits on α, falling either side of it with the round-to-round
+    # noise (the gate then names α ≤ c, or passes it and the throughput ratio rejects)
+    alpha = lv.acceptance.alpha
+    assert alpha is not None and alpha >= 0.9, alpha
+    crit = next(c for c in gate.criteria if c.name == "alpha_above_c")
+    assert abs(lv.c_ci.high - alpha) < 0.25, (alpha, lv.c_ci)
+    if not crit.passed:
+        assert any(r.startswith("alpha_above_c: α = ") and "≤ c = " in r and "upper bound" in r
+                   for r in gate.reasons), gate.reasons
+    else:
+        assert any(r.startswith("throughput_ratio:") for r in gate.reasons), gate.reasons
 
 
 @pytest.fixture(scope="module")
