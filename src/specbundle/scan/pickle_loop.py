@@ -9,7 +9,7 @@ typed locals, no dynamic tricks. :mod:`specbundle.scan.pickle_walker` is the API
 
 from __future__ import annotations
 
-from specbundle.scan.pickle_ops import _I4, _OPS, _U4, _Buffer, decode_arg
+from specbundle.scan.pickle_ops import _I4, _OPS, _U4, _U8, _Buffer, decode_arg
 from specbundle.scan.pickle_semantics import (
     _OPAQUE,
     _Global,
@@ -127,7 +127,8 @@ def run(st: _State, buf: _Buffer, caps: tuple[int, int, int]) -> tuple[bool, obj
                     else:
                         st.pos = at
                         _step(st, _OPS[code], idx)
-                elif code == 0x95:  # FRAME
+                elif code == 0x95:  # FRAME: its extent is checked after the walk
+                    st.frames.append((base + p - 1, int(_U8.unpack_from(data, p)[0])))
                     p += 8
                 elif code in _PUSH_OPAQUE_CODES:
                     push(opaque)

@@ -7,13 +7,18 @@ minutes to walk. Here the stream is read in growing blocks into one buffer and t
 of the opcodes checkpoints are made of (small ints, memo indices, short strings, frames) are
 unpacked in place with precompiled structs; every other opcode's argument goes through the
 very ``pickletools`` reader ``genops`` uses, so both decoders agree on every byte (a test keeps
-them in lockstep over mutated pickles).
+them in lockstep over mutated pickles). One exception: a text argument genops refuses and
+``pickle.load`` reads (``I0x1``: ``strtol`` base 0; ``S'\xc3\xa9'`` under torch.load's UTF-8) is
+read as the C unpickler reads it and its position recorded (``_Buffer.c_only``), so that no
+pickle hides behind a break only genops sees.
 """
 
 from __future__ import annotations
 
+import codecs
 import io
 import pickletools
+import re
 import struct
 from collections.abc import Iterator
 from typing import IO
@@ -32,6 +37,9 @@ _FIXED: dict[int, tuple[struct.Struct, int]] = {
 _UNICODE: dict[int, tuple[struct.Struct, int]] = {0x8C: (_U1, 1), ord("X"): (_U4, 4),
                                                    0x8D: (_U8, 8)}
 _BLOCK = 1 << 16
+# A protocol-0 INT the C unpickler reads otherwise than genops (``I010`` is 8 there, 10 here;
+# ``I00``/``I01`` are False/True in both): no pickler writes one; the walker refuses it.
+_LEADING_ZERO = re.compile(rb"[-+]?0(?!0$|1$)[0-9_]+")
 _WINDOW = 1 << 20  # the walker re-checks its stack, memo and opcode limits at every window
 # Per opcode byte: 0 no argument, 1 fixed-size int, 2 length-prefixed UTF-8, 3 any other
 # argument (pickletools' reader), -1 unknown opcode. Lists indexed by byte: the hot loop's
@@ -66,6 +74,8 @@ class _Buffer:
     def __init__(self, stream: IO[bytes], limit: int) -> None:
         self.stream, self.limit, self.data, self.base = stream, limit, b"", 0
         self.eof = self.at_limit = False
+        # positions of INT/STRING arguments the C unpickler reads otherwise than genops
+        self.c_only: list[int] = []
 
     def _read(self, want: int) -> bool:
         if self.eof:
@@ -155,6 +165,36 @@ def fast_ops(stream: IO[bytes], limit: int) -> Iterator[tuple[pickletools.Opcode
         p = nxt
 
 
+def _c_only_arg(buf: _Buffer, op: pickletools.OpcodeInfo,
+                p: int) -> tuple[object, int] | None:
+    """A text argument genops refuses and the C unpickler reads, as ``(value, next)``; None
+    for any other. Numbers end at a NUL for C (``I1\\x00junk`` is 1); INT is read by
+    ``strtol`` base 0, then ``int(s, 0)`` (``I0x1``, ``I0o7``); STRING has its escapes undone,
+    then is decoded with the load's encoding, UTF-8 under torch.load (genops: ASCII only)."""
+    if op.name not in _C_TEXT_OPS:
+        return None
+    nl = buf.data.find(b"\n", p)
+    if nl < 0:
+        return None
+    line = buf.data[p:nl]
+    try:
+        if op.name == "STRING":
+            if len(line) < 2 or line[:1] != line[-1:] or line[:1] not in (b"'", b'"'):
+                return None
+            return codecs.escape_decode(line[1:-1])[0].decode("utf-8"), nl + 1
+        if op.name == "LONG" and line.endswith(b"L"):
+            line = line[:-1]
+        text = line.split(b"\x00", 1)[0]
+        if op.name == "FLOAT":
+            return float(text), nl + 1
+        return int(text, 0 if op.name == "INT" else 10), nl + 1
+    except ValueError:  # UnicodeDecodeError included
+        return None
+
+
+_C_TEXT_OPS = frozenset({"INT", "LONG", "FLOAT", "PUT", "GET", "STRING"})
+
+
 def _generic(buf: _Buffer, op: pickletools.OpcodeInfo, p: int) -> tuple[object, int]:
     """Any other argument, through ``pickletools``' own reader (exact ``genops`` semantics)."""
     if op.arg is None:
@@ -165,6 +205,10 @@ def _generic(buf: _Buffer, op: pickletools.OpcodeInfo, p: int) -> tuple[object, 
         try:
             arg = op.arg.reader(view)
         except ValueError:
+            c_only = _c_only_arg(buf, op, p)
+            if c_only is not None:  # genops breaks here, pickle.load reads on: so does the walk
+                buf.c_only.append(buf.base + p - 1)
+                return c_only
             # a reader that ran out of bytes: read more (within the budget) and retry; out of
             # budget is "too large to tell", not "broken" (a huge STRING line hides what follows)
             if buf.base + len(buf.data) >= buf.limit:
@@ -180,4 +224,6 @@ def _generic(buf: _Buffer, op: pickletools.OpcodeInfo, p: int) -> tuple[object, 
         end = view.tell()
         if end > len(buf.data):
             buf.need(end)
+        if op.name == "INT" and _LEADING_ZERO.fullmatch(buf.data[p:end].strip()):
+            buf.c_only.append(buf.base + p - 1)  # genops' value kept; the walker reports it
         return arg, end

@@ -69,6 +69,9 @@ class _State:
     globals: list[tuple[str, int]] = field(default_factory=list)
     problems: list[PickleProblem] = field(default_factory=list)
     pids: list[tuple[object, ...]] = field(default_factory=list)
+    # (position, length) of every FRAME: where they end is checked against the opcodes after
+    # the walk (pickle_walker.frame_problems), as a reader that buffers whole frames reads them
+    frames: list[tuple[int, int]] = field(default_factory=list)
     pos: int = 0
 
     def problem(self, check_id: str, message: str) -> None:
@@ -222,6 +225,8 @@ def _step(st: _State, op: pickletools.OpcodeInfo, arg: object) -> None:
         else:
             st.problem("pickle.unresolved-global", "STACK_GLOBAL operands are not constants")
             st.stack.append(_OPAQUE)
+    elif name == "FRAME":
+        st.frames.append((st.pos, _int(arg)))
     elif name == "PROTO":
         if _int(arg) > pickle.HIGHEST_PROTOCOL:
             st.problem("pickle.malformed", f"unsupported pickle protocol {arg}")

@@ -132,11 +132,15 @@ class PickleWalk:
     end: int
     complete: bool
     root: object = None
+    # what CPython's C unpickler reads otherwise than the opcode-by-opcode walk (frames that do
+    # not tile the opcodes, text arguments only it reads), kept apart from ``problems``, which
+    # are the one-opcode semantics of pickle_semantics
+    reader_problems: tuple[PickleProblem, ...] = ()
 
     @property
     def blocked(self) -> bool:
         """Whether anything in this stream blocks it."""
-        return bool(self.problems)
+        return bool(self.problems or self.reader_problems)
 
 
 
@@ -177,9 +181,69 @@ def walk_pickle(stream: IO[bytes], allowed: frozenset[str], *, max_bytes: int) -
                                 for p in st.problems):
         st.problems.append(PickleProblem("pickle.malformed", "stream ended before STOP", st.pos))
     end = st.pos + 1 if complete else st.pos
+    reader = [PickleProblem("pickle.malformed", "a text argument the C unpickler reads otherwise "
+                            "than genops (a number in another base or cut at a NUL, UTF-8 "
+                            "STRING)", pos)
+              for pos in buf.c_only]
+    if complete and st.frames and not _tiled(st.frames, end):
+        stream.seek(origin)
+        reader += frame_problems(stream, end)
     stream.seek(origin + end)  # the decoder reads ahead; callers continue after the STOP
     return PickleWalk(tuple(st.globals), tuple(st.problems), tuple(st.pids), end, complete,
-                      root)
+                      root, tuple(reader[:_MAX_PROBLEMS]))
+
+
+def _tiled(frames: list[tuple[int, int]], end: int) -> bool:
+    """Whether the frames the walk met lie back to back and the last ends right after STOP,
+    as a pickler writes them when no large bytes go unframed: then every frame ends where the
+    walk decoded the next FRAME (an opcode boundary), and the second pass
+    (:func:`frame_problems`, opcode by opcode at genops' speed) has nothing to find."""
+    at = frames[0][0]
+    for pos, size in frames:
+        if pos != at:
+            return False
+        at = pos + 9 + size
+    return at == end
+
+
+def frame_problems(stream: IO[bytes], end: int) -> tuple[PickleProblem, ...]:
+    """Frames that do not tile the opcodes as a pickler writes them, in a complete pickle of
+    ``end`` bytes from the stream's position.
+
+    CPython's C unpickler (``pickle.load``, torch.load's default) reads a frame too large for
+    its prefetch with one ``read`` of the frame's length and continues from the file after it:
+    bytes of a frame that runs past STOP are skipped by the next load from the same file (a
+    legacy checkpoint's next pickle then starts inside what the walker read as storage data),
+    and an opcode that crosses a frame's end is read from after the frame, skipping the rest
+    of its buffer. The pure-Python unpickler refuses both, as it refuses a frame inside a frame;
+    picklers end every frame at an opcode boundary, the last one right after STOP.
+    """
+    out: list[PickleProblem] = []
+    active: int | None = None  # where the current frame ends
+    try:
+        for op, arg, pos in fast_ops(stream, end):
+            if active is not None and pos >= active:
+                if pos > active:
+                    out.append(PickleProblem("pickle.malformed", "an opcode crosses the end of "
+                                             f"the frame at {active} (frame readers skip bytes)",
+                                             pos))
+                active = None
+            if op.name == "FRAME":
+                if active is not None:
+                    out.append(PickleProblem("pickle.malformed", "FRAME inside another frame",
+                                             pos))
+                active = pos + 9 + (arg if isinstance(arg, int) else 0)
+            elif op.name == "STOP":
+                if active is not None and active != pos + 1:
+                    out.append(PickleProblem(
+                        "pickle.malformed", f"frame runs {active - pos - 1} bytes past STOP (the "
+                        "next load from the file starts at the frame's end)", pos))
+                break
+            if len(out) >= _MAX_PROBLEMS:
+                break
+    except (*_BROKEN, BudgetExceeded) as err:  # the walk read it to STOP: not expected
+        out.append(PickleProblem("pickle.malformed", f"frames unreadable: {err}", 0))
+    return tuple(out)
 
 
 # Text fails to parse as pickle opcodes within a few bytes (text made only of opcode letters,

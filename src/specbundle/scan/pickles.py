@@ -60,7 +60,7 @@ _NPY_ERRORS = (ValueError, TypeError, SyntaxError, tokenize.TokenError, EOFError
 
 
 def _walk_findings(rel: str, walk: PickleWalk, where: str = "") -> Iterator[Finding]:
-    for p in walk.problems:
+    for p in (*walk.problems, *walk.reader_problems):
         yield finding(p.check_id, Severity.CRITICAL, p.message + where, rel, pos=p.pos)
 
 
@@ -343,6 +343,12 @@ class PickleCheck(Check):
             return
         walk = walk_pickle(io.BytesIO(data), TORCH_ALLOWED, max_bytes=budget)
         yield from _walk_findings(f.rel, walk, " (in data.pkl)")
+        if walk.complete and walk.end != len(data):
+            # torch.save writes data.pkl as one pickle; bytes after its STOP are read by no
+            # loader here, a stacked pickle for whatever reader walks on
+            yield finding("pickle.trailing-data", Severity.HIGH,
+                          f"{len(data) - walk.end} bytes after data.pkl's STOP", f.rel,
+                          end=walk.end)
         yield from self._zip_storages(f.rel, walk, stored)
 
     @staticmethod

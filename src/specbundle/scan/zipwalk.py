@@ -72,24 +72,47 @@ class ZipArchive:
     size: int
 
 
-def _zip64_extra(extra: bytes, want: list[str]) -> dict[str, int]:
-    """Values of the zip64 extra field (0x0001) for the fields whose 32-bit slot is full."""
+# Extra fields that give a member another name for some readers: Python >= 3.12's zipfile
+# takes the Info-ZIP Unicode Path field (0x7075) for the name when its CRC matches the raw name
+# (3.11 and miniz ignore it), so one archive names two different members data.pkl.
+_RENAMING_EXTRAS = {0x7075: "Info-ZIP Unicode Path"}
+
+
+def _extra_fields(extra: bytes, where: str) -> dict[int, bytes]:
+    """The fields of an extra block by tag: the block must be exactly a run of well-formed
+    fields, no tag twice (readers that take the first and those that take the last differ), and
+    no field that renames the member for some readers."""
+    out: dict[int, bytes] = {}
     i = 0
-    while i + 4 <= len(extra):
+    while i < len(extra):
+        if i + 4 > len(extra):
+            raise ZipAmbiguity(f"{where}: extra field has trailing bytes")
         tag, n = struct.unpack_from("<HH", extra, i)
         if i + 4 + n > len(extra):
-            raise ZipAmbiguity("extra field runs past its length")
-        if tag == 1:
-            if n < 8 * len(want):
-                raise ZipAmbiguity("zip64 extra field is too short")
-            vals = struct.unpack_from(f"<{len(want)}Q", extra, i + 4)
-            return dict(zip(want, vals, strict=True))
+            raise ZipAmbiguity(f"{where}: extra field runs past its length")
+        if tag in out:
+            raise ZipAmbiguity(f"{where}: extra field {tag:#06x} appears twice")
+        if tag in _RENAMING_EXTRAS:
+            raise ZipAmbiguity(f"{where}: {_RENAMING_EXTRAS[tag]} extra field (renames the "
+                               "member for some zip readers)")
+        out[tag] = extra[i + 4:i + 4 + n]
         i += 4 + n
-    if i != len(extra):
-        raise ZipAmbiguity("extra field has trailing bytes")
-    if want:
-        raise ZipAmbiguity("32-bit size or offset is saturated but there is no zip64 field")
-    return {}
+    return out
+
+
+def _zip64_extra(extra: bytes, want: list[str], where: str = "central header") -> dict[str, int]:
+    """Values of the zip64 extra field (0x0001) for the fields whose 32-bit slot is full."""
+    field = _extra_fields(extra, where).get(1)
+    if field is None:
+        if want:
+            raise ZipAmbiguity("32-bit size or offset is saturated but there is no zip64 field")
+        return {}
+    if not want:
+        return {}
+    if len(field) < 8 * len(want):
+        raise ZipAmbiguity("zip64 extra field is too short")
+    vals = struct.unpack_from(f"<{len(want)}Q", field)
+    return dict(zip(want, vals, strict=True))
 
 
 def _name(raw: bytes) -> str:
@@ -104,13 +127,7 @@ def _name(raw: bytes) -> str:
 
 def _local_zip64(extra: bytes) -> bytes | None:
     """The data of the zip64 field (0x0001) of a local extra field, if it has one."""
-    i = 0
-    while i + 4 <= len(extra):
-        tag, n = struct.unpack_from("<HH", extra, i)
-        if tag == 1:
-            return extra[i + 4:i + 4 + n]
-        i += 4 + n
-    return None
+    return _extra_fields(extra, "local header").get(1)
 
 
 def _end_records(mm: mmap.mmap | bytes, size: int) -> tuple[int, int, int, int]:
@@ -183,7 +200,7 @@ def _central(mm: mmap.mmap | bytes, n_total: int, cd_size: int, cd_off: int) -> 
         raw = bytes(mm[pos + 46:pos + 46 + nlen])
         extra = bytes(mm[pos + 46 + nlen:pos + 46 + nlen + xlen])
         want = [k for k, v in (("usize", usize), ("csize", csize), ("off", off)) if v == _U32]
-        z64 = _zip64_extra(extra, want)
+        z64 = _zip64_extra(extra, want, f"{raw[:80]!r}: central header")
         usize, csize, off = z64.get("usize", usize), z64.get("csize", csize), z64.get("off", off)
         if disk != 0:  # miniz refuses 0xFFFF (a zip64 disk number), zipfile ignores it
             raise ZipAmbiguity("multi-disk member")
@@ -210,6 +227,7 @@ def _local(mm: mmap.mmap | bytes, size: int, name: str, flags: int, method: int,
         raise ZipAmbiguity(f"{name}: local and central headers disagree on flags or method")
     data = off + 30 + nlen + xlen
     extra = bytes(mm[off + 30 + nlen:data])
+    _extra_fields(extra, f"{name}: local header")
     if flags & 0x0008:
         if (lcrc, lcsize, lusize) != (0, 0, 0) and (lcrc, lcsize, lusize) != (
                 crc, min(csize, _U32), min(usize, _U32)):
@@ -227,7 +245,7 @@ def _local(mm: mmap.mmap | bytes, size: int, name: str, flags: int, method: int,
             raise ZipAmbiguity(f"{name}: data descriptor disagrees with the central header")
     else:
         want = [k for k, v in (("usize", lusize), ("csize", lcsize)) if v == _U32]
-        z64 = _zip64_extra(extra, want)
+        z64 = _zip64_extra(extra, want, f"{name}: local header")
         if (lcrc, z64.get("csize", lcsize), z64.get("usize", lusize)) != (crc, csize, usize):
             raise ZipAmbiguity(f"{name}: local header crc or sizes disagree with the central ones")
         field = _local_zip64(extra)
