@@ -11,17 +11,24 @@ padding (before the data, between tensors, after the last) must be zero, and the
 small. llama.cpp reads names and string values as C strings (``gguf_find_key``'s ``strcmp``,
 ``ggml_set_name``, the model's key/value map that holds the chat template), so a NUL in a key,
 a tensor name or a string value is a second reading: a ``tokenizer.chat_template\0x`` key is
-the template llama-server uses, and no other reader calls it one.
+the template llama-server uses, and no other reader calls it one. The same holds for every
+element of a string array (``gguf_get_arr_str``: a token ``</s>\0x`` is ``</s>``), and a string
+value that is not UTF-8 is one gguf-py refuses and llama.cpp reads. Counts llama.cpp asserts
+(layers, experts, expert groups, one text per token) abort the engine process, so a file that
+breaks them is refused here too; a BOOL byte other than 0/1 and a non-finite hyperparameter are
+refused as ambiguous.
 """
 
 from __future__ import annotations
 
+import math
 import mmap
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
+import numpy as np
 from gguf import GGUFValueType
 
 from specbundle.scan.findings import CheckOutcome, Finding, Severity, finding
@@ -76,7 +83,8 @@ _ARCH_U32 = frozenset((
     "attention.key_length", "attention.value_length", "attention.sliding_window",
     "attention.q_lora_rank", "attention.kv_lora_rank", "rope.scaling.original_context_length",
     "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank",
-    "ssm.group_count", "wkv.head_size", "pooling_type", "decoder_start_token_id"))
+    "ssm.group_count", "wkv.head_size", "pooling_type", "decoder_start_token_id",
+    "expert_group_count", "expert_group_used_count"))
 _ARCH_F32 = frozenset((
     "rope.freq_base", "attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon",
     "attention.group_norm_epsilon", "rope.scaling.factor", "rope.scaling.attn_factor",
@@ -118,9 +126,15 @@ def _keys(h: GGUFHeader) -> Iterator[tuple[str, Severity, str]]:
     for name in h.nul:
         yield ("gguf.key-name", Severity.CRITICAL, f"name {name!r} is empty or holds a NUL "
                "(llama.cpp reads it up to the NUL, or refuses an empty key; others read all)")
-    for key in h.nul_values:
-        yield ("gguf.key-name", Severity.HIGH, f"the string value of {key!r} holds a NUL "
-               "(llama.cpp reads it up to the NUL, others read all of it)")
+    for keys, cid, what in (
+            (h.nul_values, "gguf.key-name", "holds a NUL (llama.cpp reads it up to the NUL, "
+             "others read all of it)"),
+            (h.not_utf8_values, "gguf.encoding", "is not valid UTF-8 (gguf-py refuses it, "
+             "llama.cpp reads the bytes)"),
+            (h.odd_bools, "gguf.key-type", "holds a BOOL byte other than 0 or 1 (readers that "
+             "test the byte and readers that compare it read it differently)")):
+        for key in keys:
+            yield cid, Severity.HIGH, f"the value of {key!r} (or an element of it) {what}"
     for name in h.not_utf8:
         # gguf-py refuses such a key or tensor name, llama.cpp reads it: two readings
         yield ("gguf.encoding", Severity.HIGH, f"name {name!r} is not valid UTF-8 "
@@ -132,14 +146,95 @@ def _keys(h: GGUFHeader) -> Iterator[tuple[str, Severity, str]]:
         if want is not None and got not in want:
             yield ("gguf.key-type", Severity.CRITICAL,
                    f"{key} is {_name(got)}; llama.cpp reads it as {_name(want[0])}")
+        elif want is not None and got[0] is _V.FLOAT32 and not math.isfinite(h.kv[key]):
+            # NaN or infinity in a hyperparameter (rope base, norm epsilon, scales): every
+            # reader loads it and the model silently computes garbage
+            yield ("gguf.key-type", Severity.HIGH, f"{key} is {h.kv[key]!r}, not a finite number")
+    if arch:
+        yield from _experts(h, arch)
     tokens = h.kv.get("tokenizer.ggml.tokens")
     if isinstance(tokens, StringArray):
+        dups = _duplicate_tokens(tokens)
+        if dups:
+            yield ("gguf.duplicate", Severity.HIGH,
+                   f"{len(dups)} token texts repeat in tokenizer.ggml.tokens, e.g. {dups[0]!r} "
+                   "(llama.cpp asserts one id per text: the engine aborts)")
         for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
             v = h.kv.get(key)
-            if v is not None and len(v) != len(tokens):
+            if isinstance(v, np.ndarray | StringArray) and len(v) != len(tokens):
                 yield ("gguf.key-type", Severity.CRITICAL,
                        f"{key} has {len(v)} entries for {len(tokens)} tokens (llama.cpp reads "
                        "one per token, past the end of the array)")
+
+
+def _duplicate_tokens(tokens: StringArray) -> list[str]:
+    """Token texts that repeat as llama-vocab reads them (an empty text becomes
+    ``[EMPTY_<id>]``); a NUL in a text is reported on its own. One hash per token into a
+    numpy array (8 bytes each), sorted at C speed; only a repeated hash or an empty text
+    takes the exact path."""
+    n = len(tokens)
+    if n < 2:
+        return []
+    data = tokens.data
+    starts = np.frombuffer(tokens.offsets, dtype=np.uint32).astype(np.int64) + 8
+    ends = np.append(starts[1:] - 8, len(data))
+    hashes = np.empty(n, dtype=np.int64)
+    for i in range(0, n, 1 << 16):  # C-level maps over bounded chunks of Python ints
+        a, b = starts[i:i + (1 << 16)].tolist(), ends[i:i + (1 << 16)].tolist()
+        hashes[i:i + len(a)] = np.fromiter(map(hash, map(data.__getitem__, map(slice, a, b))),
+                                           dtype=np.int64, count=len(a))
+    if not (hashes == hash(b"")).any() and len(np.unique(hashes)) == n:
+        return []
+    seen: set[bytes] = set()
+    dups: list[str] = []
+    for i in range(n):
+        text = tokens.raw(i) or b"[EMPTY_%d]" % i
+        if text in seen:
+            dups.append(text.decode("utf-8", errors="surrogateescape"))
+        seen.add(text)
+    return dups
+
+
+_MAX_LAYERS = 512  # LLAMA_MAX_LAYERS
+_MAX_EXPERTS = 1024  # LLAMA_MAX_EXPERTS of the llama.cpp this project ships (older builds: 512)
+# hyperparameters llama.cpp reads as one value or one per layer (get_key_or_arr)
+_PER_LAYER = ("feed_forward_length", "attention.head_count", "attention.head_count_kv")
+
+
+def _experts(h: GGUFHeader, arch: str) -> Iterator[tuple[str, Severity, str]]:
+    """The layer and expert counts llama.cpp's ``load_hparams`` asserts (``GGML_ASSERT``: the
+    engine process aborts, whatever the caller): 1..512 layers, per-layer arrays of one entry
+    per layer, at most 1024 experts, experts used <= experts, used > 0 exactly when there are
+    experts, and groups that divide the experts."""
+    def get(name: str) -> int | None:  # a per-layer array counts as its largest entry
+        v = h.kv.get(f"{arch}.{name}")
+        if isinstance(v, np.ndarray) and v.size and v.dtype.kind in "iu":
+            return int(v.max())
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    layers = h.kv.get(f"{arch}.block_count")
+    if isinstance(layers, int) and not isinstance(layers, bool):
+        if not 0 < layers <= _MAX_LAYERS:
+            yield ("gguf.key-type", Severity.HIGH, f"{arch}.block_count is {layers} (llama.cpp "
+                   f"asserts 1..{_MAX_LAYERS}: the engine aborts)")
+        for name in _PER_LAYER:
+            v = h.kv.get(f"{arch}.{name}")
+            if isinstance(v, np.ndarray) and len(v) != layers:
+                yield ("gguf.key-type", Severity.HIGH, f"{arch}.{name} has {len(v)} entries for "
+                       f"{layers} layers (llama.cpp refuses the file)")
+    n, used = get("expert_count"), get("expert_used_count")
+    groups, group_used = get("expert_group_count"), get("expert_group_used_count")
+    if n is None and used is None and groups is None:
+        return
+    n_, used_, groups_, group_used_ = n or 0, used or 0, groups or 0, group_used or 0
+    bad = n_ > _MAX_EXPERTS or used_ > n_ or (used_ == 0) != (n_ == 0) or (
+        n_ == 0 and groups_ != 0) or (n_ > 0 and (groups_ >= n_ or (groups_ > 1 and (
+            n_ % groups_ or not 0 < group_used_ < groups_))))
+    if bad:
+        yield ("gguf.key-type", Severity.HIGH,
+               f"{arch}: {n_} experts, {used_} used, {groups_} groups, {group_used_} groups used "
+               f"(llama.cpp asserts at most {_MAX_EXPERTS} experts, used <= experts, used > 0 "
+               "with experts, groups dividing them: the engine aborts)")
 
 
 # llama.cpp accepts any power of two; writers use 32 (the default) or 64. A huge alignment makes

@@ -11,6 +11,7 @@ on top of the metadata itself, decoded only when an element is read.
 
 from __future__ import annotations
 
+import codecs
 import mmap
 import re
 import struct
@@ -131,13 +132,19 @@ class GGUFHeader:
     # reads them as C strings (gguf_find_key's strcmp, ggml_set_name, the model's key/value
     # map), so it sees the text before the NUL where every other reader sees all of it
     nul: tuple[str, ...] = ()
-    nul_values: tuple[str, ...] = ()
+    nul_values: tuple[str, ...] = ()  # string values (array elements too) holding a NUL
+    # string values (array elements too) that are not valid UTF-8: gguf-py (and every reader
+    # on it) refuses to decode them, llama.cpp reads the bytes
+    not_utf8_values: tuple[str, ...] = ()
+    # BOOL values (array elements too) stored as a byte other than 0 or 1
+    odd_bools: tuple[str, ...] = ()
 
 
 class _Reader:
     def __init__(self, buf: mmap.mmap | bytes, size: int) -> None:
         self.buf, self.size, self.pos = buf, size, 0
         self.string_bytes = 0  # scalar string bytes decoded so far
+        self.odd_bools: list[str] = []
 
     @property
     def left(self) -> int:
@@ -207,6 +214,11 @@ class _Reader:
                                           f"{MAX_STRING_BYTES} bytes in all are too large to "
                                           "analyse", too_large=True)
             return self.string("string value"), None
+        if vtype is GGUFValueType.BOOL:
+            b = self.unpack("<B", 1, "BOOL")
+            if b > 1:
+                self.odd_bools.append(key)
+            return b != 0, None
         if vtype is not GGUFValueType.ARRAY:
             fmt, n = _SCALARS[vtype]
             return self.unpack(fmt, n, vtype.name), None
@@ -224,7 +236,45 @@ class _Reader:
         if etype is GGUFValueType.STRING:
             return self.strings(count), etype
         fmt, n = _SCALARS[etype]
-        return np.frombuffer(self.take(count * n, "array"), dtype=np.dtype(fmt)), etype
+        raw = self.take(count * n, "array")
+        if etype is GGUFValueType.BOOL and raw.translate(None, b"\x00\x01"):
+            self.odd_bools.append(key)
+        return np.frombuffer(raw, dtype=np.dtype(fmt)), etype
+
+
+_CHUNK = 1 << 20  # at most 2^17 elements: a chunk's prefix index stays below 4 MB
+_PREFIX = np.arange(8, dtype=np.int32)
+
+
+def _string_array_flaws(sa: StringArray) -> tuple[bool, bool]:
+    """Whether some element holds a NUL, and whether some element is not valid UTF-8.
+
+    The array's bytes are walked in bounded chunks; in a copy of each chunk every length prefix
+    is overwritten with spaces, so one C-speed search for NUL and one UTF-8 decode see the
+    elements alone, each cut off from the next by an ASCII byte (a sequence cannot straddle
+    two elements). Memory: one chunk and its decoded text, whatever the array's size.
+    """
+    data, end = sa.data, len(sa.data)
+    offs = np.frombuffer(sa.offsets, dtype=np.uint32) if len(sa.offsets) else \
+        np.zeros(0, np.uint32)
+    nul = bad = False
+    a = 0
+    while a < end and not (nul and bad):
+        b = min(end, a + _CHUNK)
+        seg = bytearray(memoryview(data)[a:b])
+        lo = int(np.searchsorted(offs, max(a - 7, 0), "left"))
+        hi = int(np.searchsorted(offs, b, "left"))
+        idx = ((offs[lo:hi].astype(np.int64) - a).astype(np.int32)[:, None] + _PREFIX).ravel()
+        np.frombuffer(seg, np.uint8)[idx[(idx >= 0) & (idx < b - a)]] = 0x20
+        nul = nul or 0 in seg
+        used = b - a
+        if not bad:
+            try:
+                used = codecs.utf_8_decode(seg, "strict", b == end)[1] or used
+            except UnicodeDecodeError:
+                bad = True
+        a += used
+    return nul, bad
 
 
 def _tensor_info(r: _Reader) -> GGUFTensor:
@@ -284,7 +334,20 @@ def _parse(buf: mmap.mmap | bytes, size: int) -> GGUFHeader:
     not_utf8 = tuple(n for n in names if not _is_utf8(n)) if _ESCAPED.search(joined) else ()
     nul = tuple(n for n in names if "\x00" in n or not n) if "\x00" in joined or "" in kv \
         or any(not t.name for t in infos) else ()
-    nul_values = tuple(k for k, v in kv.items() if isinstance(v, str) and "\x00" in v)
+    nul_values: list[str] = []
+    not_utf8_values: list[str] = []
+    for k, v in kv.items():
+        if isinstance(v, str):
+            if "\x00" in v:
+                nul_values.append(k)
+            if not _is_utf8(v):
+                not_utf8_values.append(k)
+        elif isinstance(v, StringArray):
+            has_nul, not_utf8_elem = _string_array_flaws(v)
+            if has_nul:
+                nul_values.append(k)
+            if not_utf8_elem:
+                not_utf8_values.append(k)
     alignment = kv.get("general.alignment", 32)
     if types.get("general.alignment", (GGUFValueType.UINT32, None))[0] \
             is not GGUFValueType.UINT32:
@@ -295,7 +358,8 @@ def _parse(buf: mmap.mmap | bytes, size: int) -> GGUFHeader:
                               "power of two >= 8")
     data_start = -(-header_end // alignment) * alignment
     return GGUFHeader(version, kv, tuple(infos), alignment, data_start, size, types,
-                      header_end, not_utf8, nul, nul_values)
+                      header_end, not_utf8, nul, tuple(nul_values), tuple(not_utf8_values),
+                      tuple(r.odd_bools))
 
 
 def _is_utf8(name: str) -> bool:

@@ -31,10 +31,16 @@ __all__ = ["DTYPE_BITS", "SafetensorsCheck", "StHeader", "StTensor", "read_heade
 # Bits per element of every dtype safetensors 0.8 defines (sub-byte types included).
 DTYPE_BITS: dict[str, int] = {
     "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8,
     "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32,
     "I64": 64, "U64": 64, "F64": 64, "C64": 64, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
 }
 _MAX_NAME = 1024
+# numpy (1.x) and the frameworks on it hold at most 32 dimensions and sizes below 2^63 bytes;
+# the Rust crate reads any shape whose product fits, so a zero-size tensor with dims like
+# [2^64-1, 0] or 200 dims of 1 passes it and aborts every loader that allocates the tensor.
+_MAX_RANK = 32
+_MAX_BITS = ((1 << 63) - 1) * 8
 _BEGIN, _END = operator.attrgetter("begin"), operator.attrgetter("end")
 _ENTRY_KEYS = frozenset({"dtype", "shape", "data_offsets"})
 _BAD_NAME = re.compile(r"[\x00-\x1f/\\]|\.\.")
@@ -264,6 +270,18 @@ def _bits(shape: list[int], bits_per: int, cap: int) -> int:
     return bits
 
 
+def _unallocatable(hdr: StHeader) -> Iterator[tuple[str, int]]:
+    """Tensors the format admits but no loader can allocate: over :data:`_MAX_RANK`
+    dimensions, or a zero-size tensor whose other dimensions make 2^63 bytes or more (numpy
+    refuses ``[2^62, 4, 0]`` of F16; torch sizes are int64). Decided apart from the format's
+    rules (:func:`read_header`), which read such a shape as an empty tensor."""
+    for name, t in hdr.tensors.items():
+        shape = t.shape
+        if len(shape) > _MAX_RANK or (0 in shape and _bits(
+                [d for d in shape if d], DTYPE_BITS[t.dtype], _MAX_BITS) > _MAX_BITS):
+            yield name, len(shape)
+
+
 def _layout(tensors: dict[str, StTensor], data_len: int,
             probs: list[tuple[str, Severity, str, dict[str, object]]]) -> None:
     """Offsets must tile the data section exactly: no gap, no overlap, nothing after."""
@@ -322,6 +340,7 @@ class SafetensorsCheck(Check):
         "safetensors.tensor-entry": "Malformed tensor entry",
         "safetensors.tensor-name": "Tensor name with path syntax",
         "safetensors.unknown-dtype": "Unknown dtype",
+        "safetensors.tensor-shape": "A shape no loader can allocate (rank or size overflow)",
         "safetensors.size-mismatch": "shape x dtype differs from the byte span",
         "safetensors.overlap": "Overlapping tensor offsets",
         "safetensors.gap": "Gap between tensors",
@@ -355,6 +374,16 @@ class SafetensorsCheck(Check):
     def _shard(self, f: TreeFile, hdr: StHeader) -> Iterator[Finding]:
         for cid, sev, msg, ev in hdr.problems:
             yield finding(cid, sev, msg, f.rel, **ev)
+        if any(len(t.shape) > _MAX_RANK or 0 in t.shape for t in hdr.tensors.values()):
+            bad = list(_unallocatable(hdr))
+            for name, rank in bad[:_MAX_PER_RULE]:
+                yield finding("safetensors.tensor-shape", Severity.HIGH,
+                              f"shape no loader can allocate ({rank} dimensions, at most "
+                              f"{_MAX_RANK}; or a zero-size tensor whose other dimensions "
+                              "overflow 2^63 bytes)", f.rel, tensor=name)
+            if len(bad) > _MAX_PER_RULE:
+                yield finding("safetensors.tensor-shape", Severity.HIGH,
+                              f"{len(bad) - _MAX_PER_RULE} more problems of this kind", f.rel)
         if _sound(hdr):  # a medium finding must not spare the file the reference parser
             err = _reference_parser(f.path)
             if err:
