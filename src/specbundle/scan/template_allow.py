@@ -19,8 +19,8 @@ from specbundle.scan.findings import Severity
 
 __all__ = [
     "ALLOWED_ATTRIBUTES", "ALLOWED_FILTERS", "ALLOWED_GLOBALS", "ALLOWED_METHODS",
-    "ALLOWED_NODES", "ALLOWED_TESTS", "ENV_GLOBALS", "REACHABLE_ATTRIBUTES", "Problem",
-    "attr_problem",
+    "ALLOWED_NODES", "ALLOWED_SELECT_TESTS", "ALLOWED_TESTS", "ENV_GLOBALS", "MUTATING_METHODS",
+    "REACHABLE_ATTRIBUTES", "Problem", "attr_problem",
 ]
 
 Problem = tuple[str, Severity, str]
@@ -49,6 +49,12 @@ ALLOWED_METHODS = frozenset({
 ALLOWED_ATTRIBUTES = frozenset({"first", "last", "index", "index0", "length", "previtem",
                                 "nextitem"}) | ALLOWED_METHODS
 ALLOWED_GLOBALS = frozenset({"namespace", "raise_exception", "range", "strftime_now"})
+# the tests ``|select``/``|reject`` may name (real templates: ``reject('equalto', ...)``):
+# llama.cpp's engine runs no other the same (``[none, 1]|reject('none')`` keeps both there)
+ALLOWED_SELECT_TESTS = frozenset({"equalto"})
+# methods that change their object: Jinja's immutable sandbox makes them undefined (``x.append
+# is defined`` is false), llama.cpp's engine a function (true), so they may only be called
+MUTATING_METHODS = frozenset({"append", "pop"})
 # -----------------------------------------------------------------------------------------------
 
 # Every attribute a template can reach on the objects it is given or builds: a name in here is a

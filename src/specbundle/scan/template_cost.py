@@ -22,13 +22,18 @@ from specbundle.scan.template_flow import NUMERIC
 from specbundle.scan.template_walk import Tree
 
 __all__ = [
-    "COMPILE_LIMIT", "MAX_MACRO_DEPTH", "RANGE_LIMIT", "REPEAT_LIMIT", "const_ints",
-    "int_value", "loop_size", "multiplied_into_itself", "recursion", "self_references",
-    "too_large",
+    "AMPLIFY_LIMIT", "COMPILE_LIMIT", "MAX_MACRO_DEPTH", "RANGE_LIMIT", "REPEAT_LIMIT",
+    "const_ints", "int_value", "loop_size", "multiplied_into_itself", "recursion",
+    "self_references", "too_large",
 ]
 
 RANGE_LIMIT = 100_000
 REPEAT_LIMIT = 10_000
+# what one character or line of the conversation may become: ``|replace(' ', s)``,
+# ``|indent(w)``, ``|join(s)``, ``text * k`` multiply a message by about ``len(s)``, ``w``,
+# ``k`` with no limit but the message's size (real templates: 18), so a 1 MB message cannot be
+# made a gigabyte; the sample conversations are too short for the trial render to see it
+AMPLIFY_LIMIT = 256
 # names × (branches, loops, macros): real templates reach ~8 000; at this limit compiling takes
 # ~0.4 s, and the cost grows with the product
 COMPILE_LIMIT = 1_000_000
@@ -52,6 +57,17 @@ def int_value(e: nodes.Node, ints: dict[str, int | None],
             out = len(e.value)
     elif isinstance(e, nodes.Name):
         out = ints.get(e.name)
+    elif isinstance(e, nodes.Getattr) and isinstance(e.node, nodes.Name):
+        out = ints.get("." + e.attr)  # a namespace attribute: the largest any is set to
+    elif isinstance(e, nodes.Filter) and e.name in ("int", "float") and e.node is not None:
+        inner = e.node  # ``'9999'|int``: the number, not the string's length
+        if isinstance(inner, nodes.Const) and isinstance(inner.value, str):
+            try:
+                out = int(min(abs(float(inner.value)), 1 << 62))
+            except (ValueError, OverflowError):
+                out = 0
+        else:
+            out = int_value(inner, ints, memo)
     elif isinstance(e, (nodes.Mul, nodes.Add, nodes.Sub, nodes.Concat)):
         parts = [int_value(c, ints, memo) for c in e.iter_child_nodes()]
         vals = [v for v in parts if v is not None]
@@ -78,6 +94,15 @@ def const_ints(tree: Tree) -> dict[str, int | None]:
             if isinstance(n.target, nodes.Name) and (
                     value := int_value(n.node, ints)) is not None:
                 ints[n.target.name] = max(ints.get(n.target.name) or 0, value)
+            elif isinstance(n.target, nodes.NSRef) and not self_references(n) and (
+                    value := int_value(n.node, ints)) is not None:  # ``set ns.k = 9999``
+                # (not ``ns.k = ns.k * 9``: multiplied_into_itself's case)
+                ints["." + n.target.attr] = max(ints.get("." + n.target.attr) or 0, value)
+        for c in tree.find_all(nodes.Call):  # ``namespace(k=9999)``
+            if isinstance(c.node, nodes.Name) and c.node.name == "namespace":
+                for k in c.kwargs:
+                    if (value := int_value(k.value, ints)) is not None:
+                        ints["." + k.key] = max(ints.get("." + k.key) or 0, value)
         if ints == before:
             break
     return ints

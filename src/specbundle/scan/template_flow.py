@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from jinja2 import nodes
 
-from specbundle.scan.template_allow import ENV_GLOBALS
+from specbundle.scan.template_allow import ALLOWED_METHODS, ENV_GLOBALS
 from specbundle.scan.template_walk import Tree
 
 __all__ = [
-    "BUILT", "DATA", "LOOKUPS", "MAX_CONSTANTS", "NUMERIC", "PASSES", "Origin", "Origins",
-    "TooComplex", "influenced",
+    "BUILT", "DATA", "LOOKUPS", "MAX_CONSTANTS", "NUMERIC", "OBJECT", "OBJECT_TEXT", "PASSES",
+    "Origin", "Origins", "TooComplex", "influenced",
 ]
 
 # An origin is what a value may have come from: (*transformed*, *constants*). *constants* are
@@ -35,6 +35,17 @@ __all__ = [
 Origin = tuple[bool, frozenset[str]]
 DATA: Origin = (False, frozenset())
 BUILT: Origin = (True, frozenset())
+# A Python object the template made (a generator from ``|selectattr``/``|map``/``|items``,
+# ``dict_items``, a bound method): not data, and its text is Python's (``<generator object
+# select_or_reject at 0x..>``), with underscores to pick characters from. Marked by a constant
+# no literal is checked for (its elements are data: the mark only makes the object's *text*,
+# once converted, a built string).
+OBJECT_TEXT = "\x00<python object>"
+OBJECT: Origin = (False, frozenset({OBJECT_TEXT}))
+# filters and methods whose result is such an object (an iterator, a view), not a list or text
+_OBJECT_FILTERS = frozenset({"map", "select", "reject", "selectattr", "rejectattr", "unique",
+                             "items", "groupby", "batch", "slice", "reverse", "attr"})
+_OBJECT_METHODS = frozenset({"items", "keys", "values"})
 # filters and methods whose result holds no character of their arguments (only of their input)
 _KEEPS_INPUT = frozenset({"lower", "upper", "trim", "list", "string", "from_json", "split",
                           "strip", "lstrip", "rstrip", "startswith", "endswith", "title",
@@ -319,6 +330,8 @@ class Origins:
             # (a method of a literal is only a value once called: the call is what builds)
             m = self._member(e.node, e.attr)
             o = m if m is not None else self.of(e.node)
+            if m is None and e.attr in ALLOWED_METHODS:  # (or a bound method, uncalled)
+                o = _join(o, OBJECT)
         elif isinstance(e, nodes.Getitem):
             if isinstance(e.arg, nodes.Const) and isinstance(e.arg.value, str):
                 m = self._member(e.node, e.arg.value)
@@ -346,6 +359,8 @@ class Origins:
                 o = _derived(inner)
             else:
                 o = _derived(_join(inner, extra))
+            if e.name in _OBJECT_FILTERS:
+                o = _join(o, OBJECT)
         elif isinstance(e, nodes.Call) and isinstance(e.node, nodes.Getattr):
             recv = self.of(e.node.node)
             args = [*e.args, *(k.value for k in e.kwargs)]
@@ -355,6 +370,8 @@ class Origins:
                 o = _derived(recv)
             else:
                 o = _derived(_join(recv, *(self.of(a) for a in args)))
+            if e.node.attr in _OBJECT_METHODS:
+                o = _join(o, OBJECT)
         elif isinstance(e, nodes.Call):
             # a macro's output is a built string (its body is template data and output)
             # (a macro first: it may be named like a global); ``strftime_now``'s result is

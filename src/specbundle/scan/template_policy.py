@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from jinja2 import nodes
 
@@ -26,12 +27,15 @@ from specbundle.scan.template_allow import (
     ALLOWED_GLOBALS,
     ALLOWED_METHODS,
     ALLOWED_NODES,
+    ALLOWED_SELECT_TESTS,
     ALLOWED_TESTS,
     ENV_GLOBALS,
+    MUTATING_METHODS,
     Problem,
     attr_problem,
 )
 from specbundle.scan.template_cost import (
+    AMPLIFY_LIMIT,
     RANGE_LIMIT,
     REPEAT_LIMIT,
     const_ints,
@@ -42,7 +46,7 @@ from specbundle.scan.template_cost import (
     self_references,
     too_large,
 )
-from specbundle.scan.template_flow import LOOKUPS, Origins, TooComplex, influenced
+from specbundle.scan.template_flow import LOOKUPS, PASSES, Origins, TooComplex, influenced
 from specbundle.scan.template_walk import Tree
 
 __all__ = [
@@ -91,7 +95,7 @@ def _filter_args(node: nodes.Filter, depth: int = 0) -> Iterator[Problem]:
             yield ("template.filter-arg", Severity.CRITICAL,
                    f"|{node.name} attribute is not a constant")
     if node.name in ("map", "select", "reject") and args:
-        allowed = ALLOWED_FILTERS if node.name == "map" else ALLOWED_TESTS
+        allowed = ALLOWED_FILTERS if node.name == "map" else ALLOWED_SELECT_TESTS
         if (p := _const_name(args[0], allowed, f"|{node.name} filter/test name")):
             yield p
         elif node.name == "map" and isinstance(args[0], nodes.Const):
@@ -106,6 +110,52 @@ def _filter_args(node: nodes.Filter, depth: int = 0) -> Iterator[Problem]:
     if node.name == "dictsort" and not all(
             isinstance(a, nodes.Const) for a in [*args, *(k.value for k in node.kwargs)]):
         yield "template.filter-arg", Severity.CRITICAL, "|dictsort argument is not a constant"
+
+
+def _literal_text(e: nodes.Node, names: set[str]) -> str | None:
+    """What a value the template writes itself (not the conversation's) is, when llama.cpp's
+    engine prints it otherwise than Jinja: none ('None' in Jinja, '' there), a list, tuple or
+    dict (Python's repr in Jinja, other text there)."""
+    if isinstance(e, nodes.Const) and e.value is None:
+        return "none"
+    if isinstance(e, (nodes.List, nodes.Tuple, nodes.Dict)):
+        return f"a {type(e).__name__.lower()} literal"
+    if isinstance(e, nodes.Name) and e.name in names:
+        return f"{e.name!r} (set to none or a list/dict literal)"
+    if isinstance(e, nodes.CondExpr):
+        return _literal_text(e.expr1, names) or (
+            _literal_text(e.expr2, names) if e.expr2 is not None else None)
+    if isinstance(e, (nodes.And, nodes.Or)):
+        return _literal_text(e.left, names) or _literal_text(e.right, names)
+    return None
+
+
+# filters whose result is a generator in Jinja (always true) and a list in llama.cpp's engine
+# (false when empty)
+_GENERATORS = frozenset({"map", "select", "reject", "selectattr", "rejectattr", "unique",
+                         "items"})
+
+
+def _generator(e: nodes.Node, names: set[str]) -> bool:
+    return (isinstance(e, nodes.Filter) and e.name in _GENERATORS) or (
+        isinstance(e, nodes.Name) and e.name in names)
+
+
+def _truth_differs(e: nodes.Node | None, ctx: _Context) -> str | None:
+    """A condition on a value whose truth llama.cpp's engine reads otherwise: a namespace
+    (an object in Jinja: true; a dict there: false when empty), a generator (true in Jinja; a
+    list there: false when empty)."""
+    if e is None:  # (a loop without a filter)
+        return None
+    if isinstance(e, (nodes.And, nodes.Or)):
+        return _truth_differs(e.left, ctx) or _truth_differs(e.right, ctx)
+    if isinstance(e, nodes.Not):
+        return _truth_differs(e.node, ctx)
+    if isinstance(e, nodes.Name) and e.name in ctx.origins.namespaces:
+        return f"the namespace {e.name!r}"
+    if _generator(e, ctx.generators):
+        return "a generator (a |map, |select... not made a |list)"
+    return None
 
 
 class _Context:
@@ -123,6 +173,26 @@ class _Context:
                 self.bound.update(t.name for t in [n.target, *n.target.find_all(nodes.Name)]
                                   if isinstance(t, nodes.Name))
         self.origins = Origins(tree)
+        # names set to none or to a list/dict literal somewhere (printing one: see _printed)
+        self.literal_names = {n.target.name for n in tree.find_all(nodes.Assign)
+                              if isinstance(n.target, nodes.Name)
+                              and _literal_text(n.node, set()) is not None}
+        # names in the two places a function or macro may stand: called, or asked about
+        self.callees = {id(c.node) for c in tree.find_all(nodes.Call)}
+        self.called = self.callees | {
+            id(t.node) for t in tree.find_all(nodes.Test) if t.name in ("defined", "undefined")}
+        # names that are, where they stand, a parameter of the macro they are in
+        self.parameters = {id(x) for m in tree.find_all(nodes.Macro)
+                           for x in tree.within(m, nodes.Name)
+                           if x.name in {a.name for a in m.args}}
+        self.generators: set[str] = set()
+        for _ in range(PASSES):  # names set to a generator, or to such a name
+            before = len(self.generators)
+            self.generators.update(n.target.name for n in tree.find_all(nodes.Assign)
+                                   if isinstance(n.target, nodes.Name)
+                                   and _generator(n.node, self.generators))
+            if len(self.generators) == before:
+                break
         self.macro_nodes = {m.name: m for m in tree.find_all(nodes.Macro)}
         self.ints = const_ints(tree)
         self._ints: dict[int, int | None] = {}
@@ -139,6 +209,26 @@ class _Context:
         if id(consts) not in self._private:
             self._private[id(consts)] = (consts, sorted(c for c in consts if c.startswith("_")))
         return self._private[id(consts)][1]
+
+
+# per filter (or method): the positional index and the keyword of the argument inserted per
+# character or line of the input
+_INSERTED = {"indent": (0, "width"), "replace": (1, "new"), "join": (0, "d")}
+
+
+def _amplification(name: str, args: list[nodes.Expr], kwargs: list[Any],
+                   ctx: _Context) -> Iterator[Problem]:
+    """A constant (or constant expression) inserted at each character or line of the input
+    must be at most AMPLIFY_LIMIT characters. (A value built at run time is not bounded here:
+    real templates insert their tool definitions, openbmb-MiniCPM5-1B at each separator.)"""
+    if name not in _INSERTED:
+        return
+    i, key = _INSERTED[name]
+    for a in (*args[i:i + 1], *(k.value for k in kwargs if k.key == key)):
+        if (v := ctx.int_value(a)) is not None and v > AMPLIFY_LIMIT:
+            yield ("template.resource", Severity.HIGH,
+                   f"{name} inserting {v} characters at each match (multiplies the "
+                   "conversation's size: denial of service)")
 
 
 def _key_problems(arg: nodes.Node, ctx: _Context, what: str) -> Iterator[Problem]:
@@ -163,9 +253,25 @@ def _node(n: nodes.Node, ctx: _Context) -> Iterator[Problem]:
         cid = "template.import" if isinstance(n, (nodes.Import, nodes.FromImport, nodes.Include,
                                                    nodes.Extends)) else "template.construct"
         yield cid, Severity.CRITICAL, f"{kind} construct (real chat templates never use it)"
+    elif isinstance(n, (nodes.If, nodes.CondExpr, nodes.For, nodes.Not)) and (
+            what := _truth_differs(n.node if isinstance(n, nodes.Not) else n.test, ctx)):
+        yield ("template.engine-differs", Severity.HIGH,
+               f"a condition on {what} (true in Jinja; llama.cpp's engine makes it a dict or "
+               "list, false when empty)")
+    elif isinstance(n, nodes.Output):
+        for e in n.nodes:
+            if not isinstance(e, nodes.TemplateData) and (
+                    what := _literal_text(e, ctx.literal_names)) is not None:
+                yield ("template.engine-differs", Severity.HIGH,
+                       f"printing {what} (Jinja writes Python's text, llama.cpp's engine "
+                       "other text)")
     elif isinstance(n, nodes.Getattr):
         if (p := attr_problem(n.attr, "attribute access")):
             yield p
+        elif n.attr in MUTATING_METHODS and id(n) not in ctx.callees:
+            yield ("template.engine-differs", Severity.HIGH,
+                   f".{n.attr} not called (undefined in Jinja's immutable sandbox, a function "
+                   "in llama.cpp's engine)")
     elif isinstance(n, nodes.NSRef):
         if n.attr.startswith("_"):
             yield ("template.dunder-access", Severity.CRITICAL,
@@ -180,12 +286,20 @@ def _node(n: nodes.Node, ctx: _Context) -> Iterator[Problem]:
         elif not isinstance(n.arg, nodes.Slice):  # a slice picks a part: it names nothing
             yield from _key_problems(n.arg, ctx, "subscript")
     elif isinstance(n, nodes.Name):
-        if n.ctx == "load" and n.name not in ctx.bound:
-            if n.name.startswith("_"):
-                yield "template.dunder-access", Severity.CRITICAL, f"private name {n.name!r}"
-            elif n.name in ENV_GLOBALS and n.name not in ALLOWED_GLOBALS:
-                yield ("template.gadget", Severity.CRITICAL,
-                       f"global {n.name!r} (sandbox gadget)")
+        # (a name bound somewhere may still be the global or the macro here: a loop
+        # variable, a macro parameter or a ``set`` in a loop does not outlive its scope)
+        if n.ctx == "load" and n.name.startswith("_") and n.name not in ctx.bound:
+            yield "template.dunder-access", Severity.CRITICAL, f"private name {n.name!r}"
+        elif n.ctx == "load" and id(n) in ctx.parameters:
+            pass  # (a macro's parameter, inside it, is always the parameter)
+        elif n.ctx == "load" and n.name in ENV_GLOBALS and n.name not in ALLOWED_GLOBALS:
+            yield ("template.gadget", Severity.CRITICAL, f"global {n.name!r} (sandbox gadget)")
+        elif n.ctx == "load" and (n.name in ENV_GLOBALS or n.name in ctx.macros) and (
+                id(n) not in ctx.called):
+            # stored (``namespace(get=range)``, ``set ns.split = m``), it is called under a
+            # method's name (``ns.get(...)``) that no check of calls or recursion sees
+            yield ("template.call", Severity.CRITICAL,
+                   f"the function {n.name!r} as a value (only a call may name it)")
         elif n.ctx != "load" and (p := _private(n.name, "variable")):
             yield p
     elif isinstance(n, nodes.Macro):
@@ -202,6 +316,7 @@ def _node(n: nodes.Node, ctx: _Context) -> Iterator[Problem]:
                 if (v := ctx.int_value(a)) is not None and v > REPEAT_LIMIT:
                     yield ("template.resource", Severity.HIGH,
                            f"|{n.name} width {v} (denial of service)")
+        yield from _amplification(n.name, list(n.args), list(n.kwargs), ctx)
     elif isinstance(n, nodes.Test) and n.name not in ALLOWED_TESTS:
         yield "template.test", Severity.HIGH, f"'is {n.name}' test (not used by real templates)"
     elif isinstance(n, nodes.Call):
@@ -215,6 +330,10 @@ def _node(n: nodes.Node, ctx: _Context) -> Iterator[Problem]:
                 total is not None and total > RANGE_LIMIT):
             yield ("template.resource", Severity.HIGH,
                    f"repetition by {max(v or 0 for v in [*sizes, total])} (denial of service)")
+        elif None in sizes and any(v is not None and v > AMPLIFY_LIMIT for v in sizes):
+            yield ("template.resource", Severity.HIGH,
+                   f"a value of the conversation repeated {max(v or 0 for v in sizes)} times "
+                   "(multiplies its size: denial of service)")
     elif isinstance(n, nodes.Assign) and self_references(n) > 1:
         yield ("template.resource", Severity.HIGH,
                "a value assigned from two copies of itself (doubles each time: denial of "
@@ -244,9 +363,11 @@ def _call(n: nodes.Call, ctx: _Context) -> Iterator[Problem]:
             # ``x.get``) is a call the checks cannot name
             yield ("template.call", Severity.CRITICAL,
                    f"call of {callee.name!r} (not a macro or an allowed global)")
-        elif callee.name in ctx.bound and callee.name not in ctx.macros:
+        elif callee.name in ctx.bound:
+            # (a macro's name too: ``set m = range``, a parameter or a loop variable named
+            # like a macro, holds whatever it was given, and the call runs that)
             yield ("template.call", Severity.CRITICAL,
-                   f"call of the variable {callee.name!r} (shadows a global)")
+                   f"call of the variable {callee.name!r} (shadows a global or a macro)")
         if callee.name == "range" and any(
                 isinstance(x, (nodes.Mul, nodes.Pow)) for arg in n.args
                 for x in [arg, *ctx.tree.within(arg, (nodes.Mul, nodes.Pow))]):
@@ -259,6 +380,8 @@ def _call(n: nodes.Call, ctx: _Context) -> Iterator[Problem]:
             if big:
                 yield "template.resource", Severity.HIGH, f"range({big[0]}) (denial of service)"
     elif isinstance(callee, nodes.Getattr):
+        if callee.attr == "replace":
+            yield from _amplification("replace", list(n.args), list(n.kwargs), ctx)
         if callee.attr in LOOKUPS and n.args and not isinstance(n.args[0], nodes.Const):
             yield from _key_problems(n.args[0], ctx, f".{callee.attr}()")
         if callee.attr not in ALLOWED_METHODS:

@@ -8,21 +8,30 @@ with) made stricter: every ``_``-prefixed attribute and every string-formatting 
 (``str.format``/``format_map``, ``|format``, ``%`` on strings) raises, ``|attr`` raises, and
 each attribute access, call and operator counts against a deadline; output is streamed and
 capped. Only templates that passed the static check are rendered.
+
+The render also refuses what llama.cpp's own engine computes otherwise (a prompt, or a hidden
+instruction, only one engine shows): string operations on non-ASCII text (bytes there, code
+points here), Unicode case and blanks, ``split()`` without a separator, float text, ``|int``
+parsing, integers past 2**53, ``~`` of none or a container, and objects that are dicts or lists
+there (namespaces, loop objects, generators, ranges) asked for their type or text. ``~`` and
+slices are compiled through the environment (:class:`_Codegen`) to be seen at all.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from jinja2 import nodes
+from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.ext import Extension
 from jinja2.parser import Parser
-from jinja2.runtime import ChainableUndefined, Context, Undefined
+from jinja2.runtime import ChainableUndefined, Context, Undefined, str_join
 from jinja2.sandbox import ImmutableSandboxedEnvironment, modifies_known_mutable
 
 from specbundle.scan.findings import Severity
@@ -43,6 +52,7 @@ class _Differs(Exception):
 
 
 _INT64 = 1 << 63
+_EXACT = 1 << 53  # the largest integer a double holds exactly
 _CASE_FOLDING = ("sort", "min", "max", "unique", "dictsort")  # case_sensitive=False default
 
 
@@ -65,6 +75,100 @@ def _same_in_cpp(fn: Any, name: str) -> Any:
     for attr in ("jinja_pass_arg",):
         if hasattr(fn, attr):
             setattr(run, attr, getattr(fn, attr))
+    return run
+
+
+# C++'s isspace: what llama.cpp's engine strips (Python also strips \x1c-\x1f, \x85, \xa0 and
+# the other Unicode spaces)
+_CPP_SPACE = " \t\n\r\v\f"
+_CPP_INT = re.compile(r"\s*[+-]?[0-9]+(\.[0-9]+)?\s*")
+
+
+def _ascii_case(s: str, upper: bool) -> str:
+    table = str.maketrans(*(("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+                            if upper else ("ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+                                           "abcdefghijklmnopqrstuvwxyz")))
+    return s.translate(table)
+
+
+def _same_text_op(name: str, s: str, out: Any, args: tuple[Any, ...]) -> None:
+    """A string operation llama.cpp's engine runs on bytes, ASCII case and ASCII blanks: a
+    result that differs from Python's (code points, Unicode case and blanks) is a
+    differential (checked on llama-server: tests/scan/test_redteam3_templates.py)."""
+    if name in ("length", "count", "getitem") and not s.isascii():
+        raise _Differs(f"{name} of a non-ASCII string (code points in Jinja, bytes in "
+                       "llama.cpp's engine)")
+    if name in ("upper", "lower") and out != _ascii_case(s, name == "upper"):
+        raise _Differs(f"|{name} of a non-ASCII letter (Jinja maps Unicode case, llama.cpp's "
+                       "engine ASCII only)")
+    if name in ("trim", "strip", "lstrip", "rstrip") and not (args and args[0] is not None):
+        cpp = {"lstrip": s.lstrip, "rstrip": s.rstrip}.get(name, s.strip)(_CPP_SPACE)
+        if out != cpp:
+            raise _Differs(f"{name} of a blank other than ASCII whitespace (Jinja strips "
+                           "Unicode blanks, llama.cpp's engine ASCII ones)")
+    if name == "split" and not (args and args[0] is not None) and out != s.split(" "):
+        raise _Differs("split() without a separator of other than single spaces (Jinja "
+                       "splits on runs of blanks, llama.cpp's engine on each space)")
+    if name == "replace" and args and args[0] == "" and not s.isascii():
+        raise _Differs("replace of '' in a non-ASCII string (between code points in Jinja, "
+                       "bytes in llama.cpp's engine)")
+
+
+_PLAIN = (str, int, float, bool, type(None), list, tuple, dict, Undefined)
+
+
+def _plain(value: Any, how: str) -> None:
+    """A value of a type llama.cpp's engine has too: its namespaces and loop objects are
+    dicts (``is mapping``, their text), its filters give lists where Jinja gives generators
+    (``is sequence``, their text), its ranges lists (checked on llama-server)."""
+    if not isinstance(value, _PLAIN):
+        raise _Differs(f"{how} a {type(value).__name__} (another type in llama.cpp's engine: "
+                       "a dict or a list)")
+
+
+def _text_differs(value: Any, how: str) -> None:
+    """A value printed (``{{ }}``) or joined (``~``) whose text llama.cpp's engine writes
+    otherwise: None (``''`` there), a container (no brackets or quotes there), a float Python
+    writes with more digits than C++'s shortest form."""
+    _plain(value, how)
+    if value is None:
+        raise _Differs(f"{how} none ('None' in Jinja, '' in llama.cpp's engine)")
+    if isinstance(value, (list, tuple, dict)):
+        raise _Differs(f"{how} a {type(value).__name__} (Python's repr in Jinja, other text "
+                       "in llama.cpp's engine)")
+    if isinstance(value, float) and repr(value) not in (short := f"{value:.15g}",
+                                                         short + ".0"):
+        raise _Differs(f"{how} the float {value!r} (llama.cpp's engine writes {short})")
+
+
+def _same_in_cpp_text(fn: Any, name: str) -> Any:
+    """A filter whose result llama.cpp's engine computes otherwise for some inputs."""
+    def run(*args: Any, **kwargs: Any) -> Any:
+        value = args[0] if args else None
+        if name == "int" and isinstance(value, str) and not _CPP_INT.fullmatch(value):
+            raise _Differs(f"|int of {value[:20]!r} (Python's int() and float() read it, "
+                           "llama.cpp's engine another way)")
+        if name in ("default", "d") and value is None and not (
+                len(args) > 2 and args[2]) and not kwargs.get("boolean"):
+            raise _Differs("|default of none (kept in Jinja, replaced in llama.cpp's engine)")
+        if name == "string":
+            _plain(value, "|string of")
+            if isinstance(value, float):
+                _text_differs(value, "|string of")
+        out = fn(*args, **kwargs)
+        if isinstance(value, str):
+            _same_text_op(name, value, out, args[1:])
+        return out
+    for attr in ("jinja_pass_arg",):
+        if hasattr(fn, attr):
+            setattr(run, attr, getattr(fn, attr))
+    return run
+
+
+def _plain_test(fn: Any, name: str) -> Any:
+    def run(value: Any, *args: Any) -> Any:
+        _plain(value, f"'is {name}' of")
+        return fn(value, *args)
     return run
 
 
@@ -91,9 +195,23 @@ def _denied(what: str) -> Any:
     return deny
 
 
+def _integral_float(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, float):
+        return value.is_integer()
+    if depth > 64:
+        return False
+    if isinstance(value, dict):
+        value = list(value.values())
+    return isinstance(value, (list, tuple)) and any(_integral_float(v, depth + 1)
+                                                     for v in value)
+
+
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: Any = None, sort_keys: bool = False) -> str:
     # transformers' tojson signature (the builtin one takes no ensure_ascii)
+    if _integral_float(value):
+        raise _Differs("|tojson of an integral float ('1.0' in Jinja, '1' in llama.cpp's "
+                       "engine)")
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
                       separators=tuple(separators) if separators else None, sort_keys=sort_keys)
 
@@ -102,10 +220,40 @@ def _raise(message: object) -> None:
     raise TemplateError(str(message))
 
 
+class _Codegen(CodeGenerator):
+    """Jinja's code generator, with ``~`` joining through :meth:`TrialEnvironment.text_of`
+    (the compiled code calls ``str_join`` directly, past every sandbox hook)."""
+
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:  # noqa: N802
+        self.write("environment.text_of((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+
+    def visit_Getitem(self, node: nodes.Getitem, frame: Frame) -> None:  # noqa: N802
+        """A slice as well through :meth:`TrialEnvironment.sliced` (Jinja writes ``x[a:b]``,
+        past the sandbox's ``getitem``)."""
+        if not isinstance(node.arg, nodes.Slice):
+            super().visit_Getitem(node, frame)
+            return
+        self.write("environment.sliced(")
+        self.visit(node.node, frame)
+        self.write(", slice(")
+        for part in (node.arg.start, node.arg.stop, node.arg.step):
+            if part is None:
+                self.write("None")
+            else:
+                self.visit(part, frame)
+            self.write(", ")
+        self.write("))")
+
+
 class TrialEnvironment(ImmutableSandboxedEnvironment):
     """The immutable sandbox, minus private attributes and string formatting, with a budget."""
 
     intercepted_binops = frozenset({"*", "**", "%", "+", "-"})
+    code_generator_class = _Codegen
 
     def __init__(self, *, deadline_s: float = 1.0, max_output: int = 1 << 20,
                  every_branch: bool = False) -> None:
@@ -128,6 +276,12 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
         for name in _CASE_FOLDING:
             self.filters[name] = _same_in_cpp(self.filters[name], name)
         self.tests["number"] = _is_number
+        for name in ("mapping", "sequence", "iterable", "string"):
+            self.tests[name] = _plain_test(self.tests[name], name)
+        for name in ("length", "count", "upper", "lower", "trim", "int", "string"):
+            if name in self.filters:
+                self.filters[name] = _same_in_cpp_text(self.filters[name], name)
+        self.finalize = self._printed
         for name in ("replace", "indent", "join", "center", "wordwrap", "truncate"):
             if name in self.filters:
                 self.filters[name] = self._bounded(self.filters[name], name)
@@ -154,6 +308,7 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
         vals = [a for a in args if not hasattr(a, "environment")]  # skip eval contexts
         if name == "replace" and len(vals) >= 3 and all(isinstance(v, str) for v in vals[:3]):
             s, old, new = vals[:3]
+            _same_text_op("replace", s, None, (old,))
             hits = (len(s) + 1) if old == "" else s.count(old)
             if len(s) + hits * max(0, len(new) - len(old)) > self.max_output:
                 raise _Budget("replace beyond the output budget")
@@ -211,6 +366,25 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
             __self.size_check(a)
         out = super().call(__context, __obj, *args, **kwargs)
         __self.size_check(out)
+        name = getattr(__obj, "__name__", None)
+        if isinstance(getattr(__obj, "__self__", None), str) and name in (
+                "upper", "lower", "strip", "lstrip", "rstrip", "split", "replace"):
+            _same_text_op(str(name), __obj.__self__, out, args)
+        return out
+
+    def _printed(self, value: Any) -> Any:
+        # (a float only: real templates print none and dicts of the conversation, which
+        # llama.cpp's engine writes otherwise all the same)
+        if isinstance(value, float):
+            _text_differs(value, "printing")
+        return value
+
+    def text_of(self, parts: tuple[Any, ...]) -> str:
+        """``a ~ b``: each part as text (see :class:`_Codegen`)."""
+        for part in parts:
+            _text_differs(part, "'~' of")
+        out = str_join(parts)
+        self.size_check(out)
         return out
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
@@ -233,13 +407,27 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
         if numbers and operator == "%" and out != math.fmod(left, right):
             raise _Differs(f"{left} % {right} (the sign follows the divisor in Jinja, the "
                            "dividend in llama.cpp's engine)")
+        if numbers and isinstance(out, float):
+            _text_differs(out, f"'{operator}' giving")
         if numbers and isinstance(out, int) and not -_INT64 <= out < _INT64:
             raise _Differs("an integer past 64 bits (llama.cpp's engine wraps around)")
+        if numbers and isinstance(out, int) and not -_EXACT <= out <= _EXACT:
+            raise _Differs("an integer past 2**53 (llama.cpp's engine computes it as a "
+                           "double, rounded)")
         return out
+
+    def sliced(self, obj: Any, part: slice) -> Any:
+        """``obj[a:b:c]`` (see :class:`_Codegen`)."""
+        self.tick()
+        if isinstance(obj, str):
+            _same_text_op("getitem", obj, None, ())
+        return obj[part]
 
     def getitem(self, obj: Any, argument: Any) -> Any:
         if isinstance(obj, str) and isinstance(argument, int) and argument < 0:
             raise _Differs("a negative index into a string (llama.cpp's engine gives '')")
+        if isinstance(obj, str) and isinstance(argument, (int, slice)):
+            _same_text_op("getitem", obj, None, ())
         return super().getitem(obj, argument)
 
 
