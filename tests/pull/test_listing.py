@@ -204,3 +204,19 @@ def test_journal_is_written_once_per_batch_not_per_file(tmp_path: Path) -> None:
         again = pull_bundle(load_spec(_spec(tmp_path, "b", tmp_path / "base")), mirror,
                             endpoint=url)
     assert again.unchanged and not again.artifacts[0].downloaded
+
+
+def test_default_selection_takes_what_mistral_and_processor_configs_need() -> None:
+    """mistral-common's tokenizers and the processor configs transformers reads are mirrored
+    by default (so the scan sees them); look-alike suffixes and stray files are not."""
+    from specbundle.pull.selection import select_files
+    from specbundle.spec import ArtifactSpec
+
+    wanted = ("tekken.json", "tokenizer.model.v3", "tokenizer.mm.model.v7m1",
+              "processor_config.json", "video_preprocessor_config.json")
+    stray = ("tokenizer.model.v3.bak", "notes/tekken.txt", "flax_model.msgpack")
+    keep, skipped = select_files(ArtifactSpec(repo="org/m"),
+                                 tuple(_f(n) for n in (*wanted, *stray)))
+    assert sorted(f.path for f in keep) == sorted(wanted)
+    assert {s.path: s.reason for s in skipped} == dict.fromkeys(
+        stray, "not needed by the serving engines")

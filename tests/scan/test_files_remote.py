@@ -29,6 +29,30 @@ def test_elf_named_tokenizer_model(tmp_path: Path) -> None:
     assert f.severity is Severity.CRITICAL and f.file == "tokenizer.model"
 
 
+def _spm_piece(text: bytes) -> bytes:
+    """One ``ModelProto.pieces`` entry: field 1 (the piece), field 2 (its score, 0.0)."""
+    body = b"\x0a" + bytes([len(text)]) + text + b"\x15" + b"\x00" * 4
+    return b"\x0a" + bytes([len(body)]) + body
+
+
+@pytest.mark.parametrize("name", ["tokenizer.model.v3", "tokenizer.model.v7",
+                                  "tokenizer.mm.model.v7m1"])
+def test_mistral_versioned_tokenizers_are_sentencepiece(tmp_path: Path, name: str) -> None:
+    """Real Mistral repos carry these beside tokenizer.model (mistral-common reads them): a
+    SentencePiece model passes, anything else under the name is what it is."""
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    (good / name).write_bytes(b"".join(_spm_piece(t) for t in (b"<unk>", b"<s>", b"</s>")))
+    (good / "tekken.json").write_text(json.dumps({"config": {"pattern": "x"}, "vocab": []}))
+    assert scan_tree(good, options=FAST).findings == ()
+    (bad / name).write_bytes(b"\x7fELF\x02\x01\x01" + b"\x00" * 64)
+    (bad / f"{name}x!").write_bytes(b"".join(_spm_piece(t) for t in (b"<s>",)))
+    got = {(f.file, f.check_id) for f in scan_tree(bad, options=FAST).findings}
+    assert (name, "files.executable") in got
+    assert (f"{name}x!", "files.unknown-type") in got
+
+
 def test_magic_mismatch_and_archives(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors").write_bytes(b"GGUF" + b"\x00" * 40)
     (tmp_path / "extra.tar.gz").write_bytes(b"\x1f\x8b\x08" + b"\x00" * 20)

@@ -9,10 +9,14 @@ entry is checked here, once, for every source:
   bytes would be mirrored under that name is ambiguous (:class:`ListingRejected`, exit 3);
 - a name that cannot safely become a path in a model tree (traversal, absolute, backslash,
   control characters, lone surrogates, over-long components: :func:`specbundle.ids.check_rel_path`;
-  over :data:`MAX_PATH_BYTES` in all)
-  is never fetched nor mirrored. It is recorded as skipped, under an escaped spelling that
-  carries no control character, so the record, the event log and every terminal stay safe,
-  and the scan still sees the name and blocks it.
+  over :data:`MAX_PATH_BYTES` in all), or that hides or disguises what it is (bidi, zero-width,
+  tag or filler characters, look-alike letters, digits and dots, decomposed forms, Windows
+  device names, trailing dots, a ``.git`` folder: the scan's own
+  :func:`specbundle.scan.files.name_problem`, less the characters only Windows refuses)
+  is never fetched nor mirrored; nor are names that collide once case and normalisation
+  are folded (``Config.json`` beside ``config.json``). It is recorded as skipped, under an
+  escaped spelling that carries no control or invisible character, so the record, the event
+  log and every terminal stay safe, and the scan still sees the name and blocks it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from specbundle.digest import is_sha256
 from specbundle.errors import ExitCode, PullError
 from specbundle.pull.interface import RemoteFile
 from specbundle.record import SkippedFile
+from specbundle.scan.files import colliding, name_problem
+from specbundle.scan.text import safe_text
 
 __all__ = ["MAX_PATH_BYTES", "UNSAFE_NAME_REASON", "ListingRejected", "screen_listing"]
 
@@ -94,12 +100,24 @@ def screen_listing(
             ids.check_rel_path(f.path)
             if len(f.path.encode()) > MAX_PATH_BYTES:
                 raise ValueError(f"path longer than {MAX_PATH_BYTES} bytes: ...")
+            disguised = name_problem(f.path, portable=False)
+            if disguised:
+                raise ValueError(disguised)
         except ValueError as err:
-            reason = str(err).split(":", 1)[0]
-            unsafe.append(SkippedFile(ids.printable(f.path), f"{UNSAFE_NAME_REASON} ({reason})",
-                                      f.size))
+            reason = safe_text(str(err).split(":", 1)[0])
+            # printable() first: its backslash escapes keep the stored spelling refused
+            unsafe.append(SkippedFile(safe_text(ids.printable(f.path)),
+                                      f"{UNSAFE_NAME_REASON} ({reason})", f.size))
         else:
             keep.append(f)
+    # names one case-insensitive or normalising file system (the mirror's, or the one the
+    # bundle is carried on) would make one file: which bytes end up there is ambiguous
+    clashing = colliding([f.path for f in keep])
+    if clashing:
+        unsafe.extend(SkippedFile(f.path, f"{UNSAFE_NAME_REASON} (collides with another name "
+                                  "on case-insensitive file systems)", f.size)
+                      for f in keep if f.path in clashing)
+        keep = [f for f in keep if f.path not in clashing]
     folders = {"/".join(parts[:i]) for f in keep for parts in [f.path.split("/")]
                for i in range(1, len(parts))}
     clash = sorted(f.path for f in keep if f.path in folders)

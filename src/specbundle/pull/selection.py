@@ -20,7 +20,11 @@ __all__ = ["ENGINE_PATTERNS", "PICKLE_SUFFIXES", "REMOTE_CODE_PATTERNS", "select
 ENGINE_PATTERNS: tuple[str, ...] = (
     "*.safetensors", "*.safetensors.index.json", "*.gguf",
     "config.json", "generation_config.json", "params.json", "preprocessor_config.json",
+    "processor_config.json", "video_preprocessor_config.json",
     "tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
+    # mistral-common's tokenizers (--tokenizer-mode mistral)
+    "tekken.json", "tokenizer.model.v[0-9]", "tokenizer.model.v[0-9][0-9]",
+    "tokenizer.mm.model.v[0-9]", "tokenizer.mm.model.v[0-9]m[0-9]",
     "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt", "*.tiktoken",
     "chat_template.jinja", "chat_template.json", "additional_chat_templates/*",
     "README.md", "LICENSE*", "NOTICE*", "USE_POLICY*",

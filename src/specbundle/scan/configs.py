@@ -13,7 +13,11 @@ lenient readers skip comments and trailing commas), so a config that is not plai
 is never "unparsable, hence empty": every reading some reader may make is kept
 (:attr:`ConfigDoc.views`, transformers' own first, as :attr:`ConfigDoc.doc`) and searched, and
 the disagreement itself is a finding (HIGH; ``NaN``/``Infinity``, which Python's own writer
-emits, MEDIUM). A YAML file whose aliases expand past a node budget is refused before any walk.
+emits, MEDIUM). Unpaired surrogate escapes (the tokenizers library refuses them) and a
+searched key followed by a NUL (C-string readers cut it there) are readings Python does not
+make: HIGH as well. A YAML file whose aliases expand past a node budget is refused before any
+walk, and one with a tag other than the plain value types (``!!omap``, ``!!set``, local tags)
+is HIGH: readers build other structures from it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from specbundle.scan.inventory import TreeFile
 from specbundle.scan.jsonfile import DuplicateKeys, loads_strict
 from specbundle.strict import MalformedDocument, loads_yaml, read_bounded
 
-__all__ = ["CONFIG_SUFFIXES", "ConfigCheck", "ConfigDoc", "find_key", "is_config", "load_config"]
+__all__ = ["CONFIG_SUFFIXES", "SEARCHED_KEYS", "ConfigCheck", "ConfigDoc", "find_key", "is_config",
+           "load_config"]
 
 CONFIG_SUFFIXES = (".json", ".yaml", ".yml")
 _MAX_DEPTH = 64
@@ -42,8 +47,18 @@ MAX_YAML_NODES = 1_000_000  # nodes a YAML document may expand to through its al
 # JSON text that is only strings and comments/trailing commas, for the lenient reading
 _STRING_OR_COMMENT = re.compile(r'("(?:[^"\\]|\\.)*")|//[^\n]*|/\*.*?\*/|#[^\n]*', re.S)
 _STRING_OR_TRAILING_COMMA = re.compile(r'("(?:[^"\\]|\\.)*")|,(\s*[\]}])', re.S)
+# a \uD800-\uDFFF escape (paired ones decode to one character and are fine)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 Problem = tuple[str, Severity, str]
+# keys the remote-code and template checks look up (any depth): a key that other readers may
+# take for one of them must not hide from Python's reading
+SEARCHED_KEYS = frozenset({
+    "auto_map", "auto_mapping", "chat_template", "custom_pipelines", "trust_remote_code",
+    "tokenizer_class", "processor_class", "feature_extractor_type", "image_processor_type",
+    "video_processor_type", "attn_implementation", "_attn_implementation",
+    "_attn_implementation_internal", "kernel_mapping"})
 
 
 @dataclass(frozen=True)
@@ -144,11 +159,64 @@ def _uncomment(text: str) -> str:
     return _STRING_OR_TRAILING_COMMA.sub(lambda m: m.group(1) or m.group(2), text)
 
 
+def _has_lone_surrogate(doc: Any) -> bool:
+    """Whether any key or string in ``doc`` holds an unpaired UTF-16 surrogate."""
+    stack: list[Any] = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            items = [*node, *node.values()]
+        elif isinstance(node, list):
+            items = node
+        else:
+            continue
+        if any(_SURROGATE.search(v) for v in items if type(v) is str):
+            return True
+        stack.extend(v for v in items if isinstance(v, (dict, list)))
+    return False
+
+
+def _nul_aliases(doc: Any) -> list[str]:
+    """Keys holding a NUL whose text before it is a key the scan searches for: a reader that
+    keeps keys as C strings (cJSON, strlen lookups) reads ``chat_template\\u0000x`` as
+    ``chat_template``, which Python's reading (and so this scan) never looks up."""
+    found: list[str] = []
+    stack: list[Any] = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            found.extend(k for k in node if type(k) is str and "\x00" in k and (
+                (head := k.split("\x00", 1)[0]) in SEARCHED_KEYS or head.endswith("_file")))
+            items: Any = node.values()
+        elif isinstance(node, list):
+            items = node
+        else:
+            continue
+        stack.extend(v for v in items if isinstance(v, (dict, list)))
+    return found
+
+
+def _surrogates(text: str, views: list[Any]) -> list[Problem]:
+    out: list[Problem] = []
+    if _SURROGATE_ESCAPE.search(text) and any(map(_has_lone_surrogate, views)):
+        out.append(("config.encoding", Severity.HIGH,
+                    "an unpaired surrogate escape (\\udXXX): Python reads it, the tokenizers "
+                    "library and other strict readers refuse the file (readers disagree)"))
+    if "\\u0000" in text:
+        aliases = sorted({k for view in views for k in _nul_aliases(view)})
+        if aliases:
+            out.append(("config.duplicate-key", Severity.HIGH,
+                        f"key {aliases[0].split(chr(0))[0]!r} followed by a NUL: readers that "
+                        "cut keys at NUL read it as that key, Python does not"))
+    return out
+
+
 def _parse_json(data: bytes) -> ConfigDoc:
     text, enc_problem = _decode(data)
     problems = [enc_problem] if enc_problem else []
     try:
-        return ConfigDoc.of([loads_strict(text)], problems)  # the common case: one C parse
+        doc = loads_strict(text)  # the common case: one C parse
+        return ConfigDoc.of([doc], problems + _surrogates(text, [doc]))
     except DuplicateKeys as err:
         problems.append(("config.duplicate-key", Severity.HIGH,
                          f"duplicate key {err} (readers disagree on which value wins)"))
@@ -177,7 +245,7 @@ def _parse_json(data: bytes) -> ConfigDoc:
     if not flags & {"constant", "integer", "duplicate"}:
         problems.append(("config.malformed", Severity.HIGH,
                          "refused by the strict reader, read by Python's (readers disagree)"))
-    return ConfigDoc.of(views, problems)
+    return ConfigDoc.of(views, problems + _surrogates(text, views))
 
 
 def _unparsable(text: str, why: str, problems: list[Problem]) -> ConfigDoc:
@@ -195,11 +263,19 @@ def _unparsable(text: str, why: str, problems: list[Problem]) -> ConfigDoc:
 
 
 # -- YAML ---------------------------------------------------------------------------------------
-def _yaml_expansion(text: str, limit: int) -> int:
+# the tags plain YAML values resolve to; any other (!!omap, !!pairs, !!set, !!binary, local
+# and application tags) builds a structure readers disagree on: ruamel reads !!omap as a
+# mapping, PyYAML as a list of pairs (where no key search finds its auto_map)
+_PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in (
+    "str", "int", "float", "bool", "null", "map", "seq", "timestamp"))
+
+
+def _yaml_expansion(text: str, limit: int, tags: set[str] | None = None) -> int:
     """Nodes the document expands to with every alias followed (beyond ``limit``: ``limit+1``).
 
     Counted on the composed node graph with one memo per node, so a billion-laughs document
-    costs its own size, not its expansion; a cyclic alias counts as unbounded.
+    costs its own size, not its expansion; a cyclic alias counts as unbounded. The tags of
+    nodes that are not plain values are added to ``tags``.
     """
     loader = yaml.SafeLoader(text)
     try:
@@ -227,6 +303,8 @@ def _yaml_expansion(text: str, limit: int) -> int:
             continue
         if key in active:
             return limit + 1  # a cycle: an alias inside its own anchor
+        if tags is not None and node.tag not in _PLAIN_TAGS:
+            tags.add(str(node.tag)[:100])
         active.add(key)
         stack.append((node, True))
         if isinstance(node, yaml.SequenceNode):
@@ -239,12 +317,17 @@ def _yaml_expansion(text: str, limit: int) -> int:
 def _parse_yaml(data: bytes, limit: int, rel: str) -> ConfigDoc:
     try:
         text = data.decode("utf-8")
-        if _yaml_expansion(text, MAX_YAML_NODES) > MAX_YAML_NODES:
+        tags: set[str] = set()
+        if _yaml_expansion(text, MAX_YAML_NODES, tags) > MAX_YAML_NODES:
             return ConfigDoc.of([], [("config.too-large", Severity.HIGH,
                                       f"YAML aliases expand to more than {MAX_YAML_NODES} "
                                       "nodes (an alias bomb): not analysed")])
-        return ConfigDoc.of([loads_yaml(data, max_bytes=limit, max_depth=_MAX_DEPTH, what=rel)],
-                            [])
+        problems: list[Problem] = [] if not tags else [(
+            "config.malformed", Severity.HIGH,
+            f"YAML tag {sorted(tags)[0]}: readers build different structures from it")]
+        doc = loads_yaml(data, max_bytes=limit, max_depth=_MAX_DEPTH, what=rel)
+        # YAML spells NUL and surrogates as \\0, \\x00, \\ud800: checked on the document
+        return ConfigDoc.of([doc], problems + _surrogates("\\u0000 \\ud800", [doc]))
     except UnicodeDecodeError as err:
         return ConfigDoc.of([], [("config.encoding", Severity.HIGH,
                                   f"not valid UTF-8 (byte {err.start})")])

@@ -17,11 +17,11 @@ from typing import ClassVar
 
 from specbundle.scan.findings import CheckOutcome, Finding, Severity, finding
 from specbundle.scan.interface import Check, CheckContext
-from specbundle.scan.inventory import ArtifactTree
+from specbundle.scan.inventory import MAX_DEPTH, ArtifactTree
 from specbundle.scan.sniff import ARCHIVE_KINDS, EXECUTABLE_KINDS, FileKind, expected_kinds
 from specbundle.scan.text import hidden_chars, is_invisible
 
-__all__ = ["FilesCheck", "name_problem"]
+__all__ = ["FilesCheck", "colliding", "name_problem"]
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _MAX_COMPONENT = 255
@@ -41,6 +41,25 @@ _HOMOGLYPHS = frozenset("авекмнорстухіјѕԁһӏԛԝүАВЕКМН�
                         "οανικρτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ" "օսցհոՏՕ")
 _WORD = re.compile(r"[^\W\d_]+")  # runs of letters (and the marks Python's \w admits)
 _COMBINING = frozenset({"Mn", "Me", "Mc"})
+# scripts no model repository names files in, whose letters copy Latin ones: any letter of
+# them is a look-alike, not only those in _HOMOGLYPHS
+_FOREIGN_SCRIPTS = frozenset({"CHEROKEE", "COPTIC", "LISU", "CANADIAN", "TIFINAGH", "VAI",
+                              "BAMUM", "OLD", "DESERET", "OSAGE", "WARANG"})
+# scripts whose text is precomposed (NFC): a combining mark left on one of their letters is
+# stacked on purpose ('é' + U+0301 shows as 'é'); Indic, Thai, Arabic... use marks normally
+_PRECOMPOSED_SCRIPTS = frozenset({"LATIN", "GREEK", "CYRILLIC", "ARMENIAN", "GEORGIAN", "CJK",
+                                  "HANGUL", "HIRAGANA", "KATAKANA"})
+# Latin letters with no ASCII base that still do not pass for an ASCII letter
+_DISTINCT_LATIN = frozenset("ßæœøłđþðŋẞÆŒØŁĐÞÐŊ")
+# punctuation and symbols outside ASCII pass for '.', '/', '-', ':' or blank space
+# ('model\u00b7safetensors', 'original\u2215tokenizer.model'); emoji are let through
+_LOOKALIKE_MARKS = re.compile(r"[\u2600-\u27bf\U0001f300-\U0001faff]")
+# git reads '.git' (and its 8.3 alias) as a repository: a mirrored '.git/config' with
+# core.fsmonitor runs a command on the next 'git status' in the tree
+_GIT_DIRS = frozenset({".git", "git~1"})
+
+
+_UNFORBID = str.maketrans(dict.fromkeys(_WINDOWS_FORBIDDEN, "_"))
 
 
 def _component_problem(part: str) -> str | None:
@@ -51,6 +70,8 @@ def _component_problem(part: str) -> str | None:
         return "character Windows refuses or reads as a data stream (<>:\"|?*)"
     if part.split(".", 1)[0].rstrip(" ").upper() in _WINDOWS_DEVICES:
         return "reserved Windows device name"
+    if part.rstrip(". ").casefold() in _GIT_DIRS:
+        return "a git repository folder (git runs hooks and filters it names)"
     if part.isascii():
         return None
     if unicodedata.normalize("NFKC", part) != unicodedata.normalize("NFC", part):
@@ -59,10 +80,15 @@ def _component_problem(part: str) -> str | None:
     prev = ""
     rtl = False
     for c in part:
-        if unicodedata.category(c) in _COMBINING and (not prev or prev.isascii()):
-            return "combining mark on an ASCII character (the name looks like another one)"
+        why = _char_problem(c, prev)
+        if why:
+            return why
         rtl = rtl or unicodedata.bidirectional(c) in ("R", "AL")
         prev = c
+    if unicodedata.normalize("NFC", part) != part:
+        # decomposed (macOS) or a singleton such as KELVIN SIGN for 'K': another byte string
+        # for the same-looking name
+        return "not in normalised form (NFC): the same-looking name has other bytes"
     stem, dot, ext = part.rpartition(".")
     # a plain ASCII extension after a right-to-left name ('العربية.md') shows as written in a
     # left-to-right UI; Latin anywhere else is reordered around the right-to-left letters
@@ -81,13 +107,47 @@ def _component_problem(part: str) -> str | None:
     return None
 
 
-def name_problem(path: str) -> str | None:
-    """Why a relative model-file name is unsafe, or None if it is acceptable."""
+def _script(c: str) -> str:
+    return unicodedata.name(c, "?").split(" ", 1)[0]
+
+
+def _char_problem(c: str, prev: str) -> str | None:
+    """Why one character of a name passes for another (or for punctuation), or None."""
+    if c.isascii():
+        return None
+    cat = unicodedata.category(c)
+    if cat in _COMBINING:
+        if not prev or prev.isascii():
+            return "combining mark on an ASCII character (the name looks like another one)"
+        if not unicodedata.category(prev).startswith(("L", "M")) or (
+                _script(prev) in _PRECOMPOSED_SCRIPTS):
+            return "combining mark stacked on a letter that has a precomposed form"
+        return None
+    if cat[0] == "N":  # '\u0661', '\u0967', '\u3007' pass for 1, 1 and 0
+        return "digits or numerals of another script (they pass for ASCII digits)"
+    if cat[0] in "PS" and not (cat == "So" and _LOOKALIKE_MARKS.match(c)):
+        return "punctuation or symbol outside ASCII (it passes for '.', '/', '-' or a space)"
+    if cat == "Lm" and _script(c) in ("MODIFIER", "LATIN", "GREEK"):
+        return "modifier letter (it passes for punctuation or a Latin letter)"
+    if cat[0] == "L" and _script(c) == "LATIN" and c not in _DISTINCT_LATIN and not (
+            unicodedata.normalize("NFD", c)[0].isascii()):
+        return "Latin letter with no ASCII base (dotless i, small capitals, IPA) passes for one"
+    if cat[0] == "L" and _script(c) in _FOREIGN_SCRIPTS:
+        return f"letters that look like Latin ones ({_script(c)})"
+    return None
+
+
+def name_problem(path: str, *, portable: bool = True) -> str | None:
+    """Why a relative model-file name is unsafe, or None if it is acceptable.
+
+    ``portable=False`` lets through the characters only Windows refuses (``<>:"|?*``), for a
+    POSIX mirror that keeps such a name under its own spelling (the scan still blocks it).
+    """
     if not path:
         return "empty name"
     if "\\" in path:
         return "backslash in name (Windows path syntax)"
-    if path.startswith(("/", "//")) or _DRIVE.match(path):
+    if path.startswith(("/", "//")) or (portable and _DRIVE.match(path)):
         return "absolute, drive or UNC path"
     hidden = hidden_chars(path)
     if hidden:
@@ -101,8 +161,10 @@ def name_problem(path: str) -> str | None:
     if len(path.encode("utf-8", "surrogatepass")) > _MAX_PATH or any(
             len(p.encode("utf-8", "surrogatepass")) > _MAX_COMPONENT for p in parts):
         return "name too long"
+    if len(parts) > MAX_DEPTH:
+        return f"nested deeper than {MAX_DEPTH} folders (the scan does not analyse it)"
     for p in parts:
-        why = _component_problem(p)
+        why = _component_problem(p if portable else p.translate(_UNFORBID))
         if why:
             return why
     return None
@@ -129,6 +191,22 @@ def _collisions(names: list[str]) -> Iterator[tuple[str, list[str]]]:
     for key, members in sorted(groups.items()):
         if len(members) > 1:
             yield key, sorted(members)
+
+
+def colliding(names: list[str]) -> set[str]:
+    """The names that share a file or folder with another name once case, normalisation and
+    trailing dots are folded (what a case-insensitive or normalising file system makes one)."""
+    prefixes: set[str] = set()
+    for _key, members in _collisions(names):
+        prefixes.update(members)
+    if not prefixes:
+        return set()
+    out = set()
+    for n in names:
+        parts = [p for p in n.split("/") if p]
+        if any("/".join(parts[:i + 1]) in prefixes for i in range(len(parts))):
+            out.add(n)
+    return out
 
 
 class FilesCheck(Check):

@@ -25,8 +25,30 @@ _CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyd", ".pyw", ".pyz", ".so", ".dylib"
                   ".ipynb")
 # transformers' dynamic_module_utils reference to code in another repository:
 # "[org/]repo--module.Class" (a hub repo name never contains "--")
-_CROSS_REPO = re.compile(r"[\w.\-]+(?:/[\w.\-]+)?--[A-Za-z_][\w/]*\.[A-Za-z_]\w*")
+# (the module is a file name: transformers imports 'my-module.py' by path as well)
+_CROSS_REPO = re.compile(r"[\w.\-]+(?:/[\w.\-]+)?--[\w\-][\w/\-]*\.[A-Za-z_]\w*")
 _LEAVES = frozenset({str, int, float, bool, type(None)})
+# keys a loader turns into a class by name: transformers' *_class_from_name falls back to
+# getattr(transformers, name), so 'AutoModelForCausalLM' as a tokenizer_class runs that
+# class's from_pretrained; real values are plain tokenizer/processor class names
+_CLASS_KEYS = ("tokenizer_class", "processor_class", "feature_extractor_type",
+               "image_processor_type", "video_processor_type")
+_CLASS_NAME = re.compile(
+    r"[A-Za-z_]\w*(?:Tokenizer|Processor|FeatureExtractor|Extractor|Backend)(?:Fast|Pil|PIL)?",
+    re.ASCII)
+# init arguments a tokenizer opens as files (vocab_file, merges_file, tokenizer_file, spm_file
+# ...): transformers keeps the config's value over the repository's file, so a path outside
+# the snapshot loads a tokenizer (or reads a file) the scan never saw
+_FILE_ARG = re.compile(r"[A-Za-z_]\w*_file")
+# recorded by old tokenizer_configs with the saver's own paths, never opened from there
+_NOT_OPENED = frozenset({"special_tokens_map_file", "added_tokens_file"})
+_OUTSIDE = re.compile(r"^(?:[/\\~]|[A-Za-z]:|[a-z][a-z0-9+.\-]*://)|(?:^|[/\\])\.\.(?:[/\\]|$)")
+# transformers loads an attention (or layer) implementation named "org/repo[@rev][:name]" as a
+# compiled kernel from that hub repository (kernels library): code outside the snapshot
+_KERNEL_KEYS = ("attn_implementation", "_attn_implementation", "_attn_implementation_internal",
+                "kernel_mapping")
+_HUB_KERNEL = re.compile(r"[^/:]+/[^/:]+(?:@[^/:]+)?(?::[^/:]+)?")
+_TRANSFORMERS_MODULE = re.compile(r"transformers(?:\.[A-Za-z_]\w*)*")
 _TRUTHY = (True, 1, "true", "True", "TRUE", "1", "yes")
 
 
@@ -58,9 +80,11 @@ def class_refs(name: str, doc: Any) -> list[tuple[str, str]]:
     """``(label, reference)`` of every class a loader resolves to code in a config.
 
     ``auto_map`` (transformers, any depth); ``custom_pipelines.<task>.impl`` (transformers'
-    pipeline()); the module ``type`` of a sentence-transformers ``modules.json`` and the
-    ``types`` of its ``router_config.json`` that are not ``sentence_transformers.*`` (loaded
-    with ``get_class_from_dynamic_module``).
+    pipeline()); PEFT's ``auto_mapping`` (``import_module(parent_library)``) unless it names
+    a transformers class; the module ``type`` of a sentence-transformers ``modules.json`` and
+    the ``types`` of its ``router_config.json`` that are not ``sentence_transformers.*``
+    (loaded with ``get_class_from_dynamic_module``); diffusers ``model_index.json``
+    components from a library other than diffusers/transformers (imported by name).
     """
     out = [(f"auto_map[{key}]", ref) for key, ref in auto_map_refs(doc)]
     for path, pipes in find_key(doc, "custom_pipelines"):
@@ -72,8 +96,24 @@ def class_refs(name: str, doc: Any) -> list[tuple[str, str]]:
             if impl is not None:
                 out.append((f"{path}.{task}.impl", impl if isinstance(impl, str)
                             else repr(impl)[:200]))
+    for path, amap in find_key(doc, "auto_mapping"):  # PEFT: import_module(parent_library)
+        if isinstance(amap, dict):
+            lib, cls = amap.get("parent_library"), amap.get("base_model_class")
+            if lib is None and cls is None:
+                continue
+            if isinstance(lib, str) and _TRANSFORMERS_MODULE.fullmatch(lib) and isinstance(
+                    cls, str) and cls.isidentifier():
+                continue
+            out.append((path, f"{lib}.{cls}"))
+        elif isinstance(amap, (str, list)):  # not a vocabulary's token id
+            out.append((path, repr(amap)[:200]))
     base = name.rsplit("/", 1)[-1].lower()
     items: list[tuple[str, Any]] = []
+    if base == "model_index.json" and isinstance(doc, dict):
+        # diffusers: [library, class] per component; another library is imported by name
+        items = [(k, f"{v[0]}.{v[1]}") for k, v in doc.items()
+                 if isinstance(v, list) and len(v) == 2 and v[0] is not None
+                 and v[0] not in ("diffusers", "transformers")]
     if base == "modules.json" and isinstance(doc, list):
         items = [(f"[{i}].type", m.get("type")) for i, m in enumerate(doc) if isinstance(m, dict)]
     elif base == "router_config.json" and isinstance(doc, dict) and isinstance(
@@ -104,6 +144,72 @@ def cross_repo_strings(doc: Any) -> list[str]:
     return found
 
 
+def _class_names(rel: str, doc: Any) -> Iterator[Finding]:
+    """Class-name keys (any depth) whose value is not a plain tokenizer/processor class."""
+    for key in _CLASS_KEYS:
+        for path, value in find_key(doc, key):
+            if value is None or type(value) in (int, float, bool) or (
+                    isinstance(value, str) and _CLASS_NAME.fullmatch(value)):
+                continue  # a number is a vocabulary's token id, not a class
+            shown = value if isinstance(value, str) else repr(value)[:200]
+            yield finding("remote-code.class-name", Severity.HIGH,
+                          f"{path} = {shown!r} is not a tokenizer/processor class name (a "
+                          "loader resolves it by name)", rel, key=path, value=shown)
+
+
+def _file_args(rel: str, doc: Any) -> Iterator[Finding]:
+    """``*_file`` arguments in objects (any depth) naming a path outside the artifact."""
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, dict):
+            for k in [k for k in node if type(k) is str and k.endswith("_file")]:
+                v = node[k]
+                where = f"{path}.{k}" if path else k
+                if (isinstance(v, str) and k not in _NOT_OPENED and _FILE_ARG.fullmatch(k)
+                        and _OUTSIDE.search(v)):
+                    yield finding("remote-code.outside-path", Severity.HIGH,
+                                  f"{where} = {v[:200]!r} opens a file outside the artifact",
+                                  rel, key=where, value=v)
+            values: Any = node.values()
+        elif isinstance(node, list):
+            values = node
+        else:
+            continue
+        if not set(map(type, values)) <= _LEAVES:
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            stack.extend(((f"{path}.{k}" if path else str(k)) if isinstance(node, dict)
+                          else f"{path}[{k}]", v)
+                         for k, v in items if isinstance(v, (dict, list)))
+
+
+def _hub_kernels(rel: str, doc: Any, allowed: bool) -> Iterator[Finding]:
+    """Attention/kernel settings (any depth, per sub-config too) naming a hub kernel repo."""
+    for key in _KERNEL_KEYS:
+        for path, value in find_key(doc, key):
+            values = value.values() if isinstance(value, dict) else [value]
+            for v in values:
+                if isinstance(v, str) and _HUB_KERNEL.fullmatch(v):
+                    yield finding("remote-code.cross-repo", Severity.CRITICAL,
+                                  f"{path} = {v[:200]!r} loads a compiled kernel from hub "
+                                  "repository " + v.split("@")[0].split(":")[0][:200]
+                                  + (" (not covered by allow_remote_code)" if allowed else ""),
+                                  rel, auto_class=path, reference=v)
+
+
+def _module_paths(rel: str, doc: Any) -> Iterator[Finding]:
+    """sentence-transformers ``modules.json`` entries whose ``path`` leaves the artifact (each
+    module's config, weights and code are loaded from there)."""
+    if rel.rsplit("/", 1)[-1].lower() != "modules.json" or not isinstance(doc, list):
+        return
+    for i, m in enumerate(doc):
+        where = m.get("path") if isinstance(m, dict) else None
+        if isinstance(where, str) and _OUTSIDE.search(where):
+            yield finding("remote-code.outside-path", Severity.HIGH,
+                          f"[{i}].path = {where[:200]!r} loads a module from outside the "
+                          "artifact", rel, key=f"[{i}].path", value=where)
+
+
 class RemoteCodeCheck(Check):
     """auto_map and other class references, code files and custom_generate/, against the
     spec's allow_remote_code."""
@@ -116,6 +222,10 @@ class RemoteCodeCheck(Check):
         "remote-code.cross-repo": "A class reference to code in another repository",
         "remote-code.missing-module": "A class reference names a module not in the artifact",
         "remote-code.trust-flag": "A config that turns trust_remote_code on by itself",
+        "remote-code.class-name": "A tokenizer/processor class key naming something that is "
+                                  "not a plain tokenizer or processor class",
+        "remote-code.outside-path": "A file argument (vocab_file, tokenizer_file...) pointing "
+                                    "outside the artifact",
         "remote-code.code-file": "A code file (*.py, compiled module, notebook)",
         "remote-code.custom-generate": "custom_generate/ replaces the generation loop",
         "remote-code.allowed": "Remote code the spec explicitly allows (recorded)",
@@ -150,6 +260,10 @@ class RemoteCodeCheck(Check):
                     if ref not in listed:
                         yield from self._ref(f.rel, "a string value", ref, base, names, sev,
                                              allowed)
+                yield from _class_names(f.rel, doc)
+                yield from _file_args(f.rel, doc)
+                yield from _module_paths(f.rel, doc)
+                yield from _hub_kernels(f.rel, doc, allowed)
                 for path, flag in find_key(doc, "trust_remote_code"):
                     if flag in _TRUTHY:
                         yield finding("remote-code.trust-flag", sev,

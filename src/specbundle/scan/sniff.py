@@ -7,6 +7,7 @@ file is read.
 
 from __future__ import annotations
 
+import re
 import struct
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
@@ -99,11 +100,18 @@ _BY_NAME: dict[str, frozenset[FileKind]] = {
 }
 
 
+# Mistral's versioned SentencePiece models (tokenizer.model.v3, tokenizer.mm.model.v7m1), read
+# by mistral-common (vLLM and SGLang's ``--tokenizer-mode mistral``) beside tekken.json
+_MISTRAL_SPM = re.compile(r"tokenizer(?:\.mm)?\.model\.v[0-9][0-9a-z]{0,7}")
+
+
 def expected_kinds(path: str) -> frozenset[FileKind] | None:
     """Kinds a file with this name may hold; None when the name is unknown."""
     p = PurePosixPath(path)
     if p.name in _BY_NAME:
         return _BY_NAME[p.name]
+    if _MISTRAL_SPM.fullmatch(p.name):
+        return frozenset({_T.SENTENCEPIECE})
     return _BY_SUFFIX.get(p.suffix.lower())
 
 

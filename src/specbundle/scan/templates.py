@@ -48,6 +48,16 @@ _TEMPLATE_SUFFIXES = (".jinja", ".jinja2", ".j2")
 EVERY_BRANCH_MAX_BYTES = 64 * 1024
 
 
+def _utf8(text: str) -> bytes:
+    """The bytes of a template: a file's undecodable bytes as they were (surrogateescape), a
+    lone surrogate a JSON escape made (``"\\ud800"``, which surrogateescape cannot encode) as
+    its three-byte form, so the digest and the size budget never crash on hostile text."""
+    try:
+        return text.encode("utf-8", errors="surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", errors="surrogatepass")
+
+
 def analyse_template(source: str, *, render: bool = True) -> list[tuple[str, Severity, str]]:
     """Problems in one template source: ``(check id, severity, message)``.
 
@@ -75,7 +85,7 @@ def analyse_template(source: str, *, render: bool = True) -> list[tuple[str, Sev
     if render and not any(sev.rank >= Severity.HIGH.rank for _c, sev, _m in out):
         out.extend(trial_render(ast, env))
     if render and not any(sev.rank >= Severity.HIGH.rank for _c, sev, _m in out) and (
-            len(source.encode("utf-8", errors="surrogateescape")) <= EVERY_BRANCH_MAX_BYTES):
+            len(_utf8(source)) <= EVERY_BRANCH_MAX_BYTES):
         # again with every branch of every ``if`` taken: what no sample reaches still runs
         # (the tree is compiled already; it is rewritten in place rather than parsed again)
         forced = TrialEnvironment(every_branch=True)
@@ -177,7 +187,7 @@ class TemplateCheck(Check):
                                             f"template {name!r} is not a string",
                                             file).with_role(tree.role))
                     continue
-                data = src.encode("utf-8", errors="surrogateescape")
+                data = _utf8(src)
                 digests.append(TemplateDigest(tree.role, file, name, sha256_bytes(data)))
                 if len(data) > ctx.options.max_template_bytes:
                     findings.append(finding("template.size", Severity.HIGH,
