@@ -12,6 +12,7 @@ import json
 import os
 import struct
 import subprocess
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +20,8 @@ import numpy as np
 import pytest
 
 from specbundle.scan import ScanReport, Severity, gguf_reader, scan_tree, to_sarif
+from specbundle.scan.gguf_header import _CHUNK, _duplicate_tokens
+from specbundle.scan.gguf_reader import StringArray
 from tests.scan import corpus
 from tests.scan.conftest import FAST, ids
 
@@ -255,6 +258,29 @@ def test_duplicate_token_texts(scan_one: Scan, toks: list[bytes], bad: bool) -> 
         _blocked(rep, "gguf.duplicate")
     else:
         assert _clean(rep), _msgs(rep)
+
+
+def _string_array(texts: list[bytes]) -> StringArray:
+    offsets, parts, at = array("I"), [], 0
+    for t in texts:
+        offsets.append(at)
+        parts.append(struct.pack("<Q", len(t)) + t)
+        at += 8 + len(t)
+    return StringArray(b"".join(parts), offsets)
+
+
+@pytest.mark.parametrize("n", [2, _CHUNK, _CHUNK + 1, 2 * _CHUNK + 7])
+def test_duplicate_tokens_across_chunks(n: int) -> None:
+    """The count and the example hold whatever chunk the repeats fall in, the last texts and
+    empty texts (read as [EMPTY_<id>]) included; a vocabulary without repeats reports none."""
+    texts = [f"t{i}".encode() for i in range(n)]
+    assert _duplicate_tokens(_string_array(texts)) == (0, "")
+    texts[-1] = texts[0]
+    assert _duplicate_tokens(_string_array(texts)) == (1, "t0")
+    texts[-1] = b""
+    texts[0] = b"[EMPTY_%d]" % (n - 1)
+    assert _duplicate_tokens(_string_array(texts)) == (1, f"[EMPTY_{n - 1}]")
+    assert _duplicate_tokens(_string_array([b"x"] * n)) == (n - 1, "x")
 
 
 # -- 1. safetensors shapes no loader can allocate ------------------------------------------------

@@ -24,11 +24,12 @@ from __future__ import annotations
 import math
 import mmap
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+import numpy.typing as npt
 from gguf import GGUFValueType
 
 from specbundle.scan.findings import CheckOutcome, Finding, Severity, finding
@@ -154,10 +155,10 @@ def _keys(h: GGUFHeader) -> Iterator[tuple[str, Severity, str]]:
         yield from _experts(h, arch)
     tokens = h.kv.get("tokenizer.ggml.tokens")
     if isinstance(tokens, StringArray):
-        dups = _duplicate_tokens(tokens)
-        if dups:
+        repeats, example = _duplicate_tokens(tokens)
+        if repeats:
             yield ("gguf.duplicate", Severity.HIGH,
-                   f"{len(dups)} token texts repeat in tokenizer.ggml.tokens, e.g. {dups[0]!r} "
+                   f"{repeats} token texts repeat in tokenizer.ggml.tokens, e.g. {example!r} "
                    "(llama.cpp asserts one id per text: the engine aborts)")
         for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
             v = h.kv.get(key)
@@ -167,32 +168,83 @@ def _keys(h: GGUFHeader) -> Iterator[tuple[str, Severity, str]]:
                        "one per token, past the end of the array)")
 
 
-def _duplicate_tokens(tokens: StringArray) -> list[str]:
-    """Token texts that repeat as llama-vocab reads them (an empty text becomes
-    ``[EMPTY_<id>]``); a NUL in a text is reported on its own. One hash per token into a
-    numpy array (8 bytes each), sorted at C speed; only a repeated hash or an empty text
-    takes the exact path."""
+_CHUNK = 1 << 14  # tokens per chunk: the per-chunk lists stay near 1 MB
+
+
+def _spans(tokens: StringArray, i: int) -> tuple[list[int], list[int], list[int]]:
+    """Where the texts of tokens ``i`` up to ``i + _CHUNK`` start and end in the array, and
+    which of them (chunk positions) are empty."""
+    offs = np.frombuffer(tokens.offsets, dtype=np.uint32)[i:i + _CHUNK + 1].astype(np.int64)
+    starts = offs[:_CHUNK] + 8
+    ends = offs[1:] if len(offs) > _CHUNK else np.append(offs[1:], len(tokens.data))
+    return starts.tolist(), ends.tolist(), np.flatnonzero(starts == ends).tolist()
+
+
+def _texts(tokens: StringArray, i: int) -> list[bytes]:
+    """Token texts ``i`` up to ``i + _CHUNK`` as llama-vocab keys them (an empty text is
+    ``[EMPTY_<id>]``): one bounded chunk of bytes objects at a time."""
+    a, b, empty = _spans(tokens, i)
+    texts = list(map(tokens.data.__getitem__, map(slice, a, b)))  # C-level maps, no loop
+    for j in empty:
+        texts[j] = b"[EMPTY_%d]" % (i + j)
+    return texts
+
+
+def _hashes(texts: Iterable[bytes], count: int,
+            wide: bool) -> npt.NDArray[np.uint64] | npt.NDArray[np.uint32]:
+    h = np.fromiter(map(hash, texts), dtype=np.int64, count=count)
+    return h.view(np.uint64) if wide else h.astype(np.uint32)
+
+
+def _chunk_hashes(tokens: StringArray, i: int,
+                  wide: bool) -> npt.NDArray[np.uint64] | npt.NDArray[np.uint32]:
+    """The hashes of one chunk's texts (as :func:`_texts` reads them) without keeping the
+    texts: the first pass, over every token."""
+    a, b, empty = _spans(tokens, i)
+    h = np.fromiter(map(hash, map(tokens.data.__getitem__, map(slice, a, b))), dtype=np.int64,
+                    count=len(a))
+    if empty:
+        h[empty] = [hash(b"[EMPTY_%d]" % (i + j)) for j in empty]
+    return h.view(np.uint64) if wide else h.astype(np.uint32)
+
+
+def _duplicate_tokens(tokens: StringArray) -> tuple[int, str]:
+    """How many token texts repeat as llama-vocab reads them, and one of them.
+
+    One hash per token, sorted in place; only texts whose hash repeats are compared exactly,
+    in a second chunked pass. Memory is the bound that matters on a hostile array of millions
+    of tiny strings: where elements average 16 bytes or more on disk the hash is 64 bits (the
+    check adds at most half the array, and a repeat by chance, ~n^2/2^65, never costs the
+    second pass); below, 32 bits (at most half again of an element of 8 bytes, the least there
+    is), where chance repeats among n tokens are ~n^2/2^33, thousands at most, and Python's
+    hash is keyed per process, so none can be aimed."""
     n = len(tokens)
     if n < 2:
-        return []
-    data = tokens.data
-    starts = np.frombuffer(tokens.offsets, dtype=np.uint32).astype(np.int64) + 8
-    ends = np.append(starts[1:] - 8, len(data))
-    hashes = np.empty(n, dtype=np.int64)
-    for i in range(0, n, 1 << 16):  # C-level maps over bounded chunks of Python ints
-        a, b = starts[i:i + (1 << 16)].tolist(), ends[i:i + (1 << 16)].tolist()
-        hashes[i:i + len(a)] = np.fromiter(map(hash, map(data.__getitem__, map(slice, a, b))),
-                                           dtype=np.int64, count=len(a))
-    if not (hashes == hash(b"")).any() and len(np.unique(hashes)) == n:
-        return []
-    seen: set[bytes] = set()
-    dups: list[str] = []
-    for i in range(n):
-        text = tokens.raw(i) or b"[EMPTY_%d]" % i
-        if text in seen:
-            dups.append(text.decode("utf-8", errors="surrogateescape"))
-        seen.add(text)
-    return dups
+        return 0, ""
+    wide = len(tokens.data) >= 16 * n
+    h = np.empty(n, dtype=np.uint64 if wide else np.uint32)
+    for i in range(0, n, _CHUNK):
+        h[i:i + _CHUNK] = _chunk_hashes(tokens, i, wide)
+    h.sort()
+    repeated = []
+    for k in range(0, n - 1, _CHUNK):  # neighbours equal, compared a chunk at a time
+        stop = min(k + _CHUNK, n - 1)
+        nxt = h[k + 1:stop + 1]
+        repeated.append(nxt[nxt == h[k:stop]])
+    suspects = np.unique(np.concatenate(repeated))
+    del h
+    if not suspects.size:
+        return 0, ""
+    seen: dict[bytes, int] = {}
+    for i in range(0, n, _CHUNK):
+        texts = _texts(tokens, i)
+        for j in np.flatnonzero(np.isin(_hashes(texts, len(texts), wide), suspects)).tolist():
+            seen[texts[j]] = seen.get(texts[j], 0) + 1
+    repeats = [(t, c) for t, c in seen.items() if c > 1]
+    if not repeats:
+        return 0, ""
+    return (sum(c - 1 for _t, c in repeats),
+            repeats[0][0].decode("utf-8", errors="surrogateescape"))
 
 
 _MAX_LAYERS = 512  # LLAMA_MAX_LAYERS

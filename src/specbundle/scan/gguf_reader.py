@@ -262,8 +262,10 @@ def _string_array_flaws(sa: StringArray) -> tuple[bool, bool]:
     while a < end and not (nul and bad):
         b = min(end, a + _CHUNK)
         seg = bytearray(memoryview(data)[a:b])
-        lo = int(np.searchsorted(offs, max(a - 7, 0), "left"))
-        hi = int(np.searchsorted(offs, b, "left"))
+        # keys of the array's own dtype: a Python int key makes numpy cast (copy) the whole
+        # offset array to int64 on every call, twice the array's index in memory
+        lo = int(np.searchsorted(offs, np.uint32(max(a - 7, 0)), "left"))
+        hi = int(np.searchsorted(offs, np.uint32(b), "left"))
         idx = ((offs[lo:hi].astype(np.int64) - a).astype(np.int32)[:, None] + _PREFIX).ravel()
         np.frombuffer(seg, np.uint8)[idx[(idx >= 0) & (idx < b - a)]] = 0x20
         nul = nul or 0 in seg
