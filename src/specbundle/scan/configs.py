@@ -200,8 +200,9 @@ def _surrogates(text: str, views: list[Any]) -> list[Problem]:
     out: list[Problem] = []
     if _SURROGATE_ESCAPE.search(text) and any(map(_has_lone_surrogate, views)):
         out.append(("config.encoding", Severity.HIGH,
-                    "an unpaired surrogate escape (\\udXXX): Python reads it, the tokenizers "
-                    "library and other strict readers refuse the file (readers disagree)"))
+                    "an unpaired surrogate escape (\\ud800-\\udfff): Python reads it, the "
+                    "tokenizers library and other strict readers refuse the file (readers "
+                    "disagree)"))
     if "\\u0000" in text:
         aliases = sorted({k for view in views for k in _nul_aliases(view)})
         if aliases:
