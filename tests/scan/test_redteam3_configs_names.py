@@ -32,7 +32,7 @@ from specbundle.pull.interface import RemoteFile
 from specbundle.pull.listing import UNSAFE_NAME_REASON, screen_listing
 from specbundle.scan import ScanReport, Severity, scan_tree
 from specbundle.scan.files import name_problem
-from specbundle.scan.text import hidden_chars
+from specbundle.text import hidden_chars
 
 Scan = Callable[..., ScanReport]
 _MINE = ("files.", "config.", "remote-code.")

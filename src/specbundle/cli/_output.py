@@ -28,7 +28,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from specbundle.scan.text import escape_char
+from specbundle.text import escape_char
 
 __all__ = ["console", "err_console", "esc", "json_written", "print_json", "print_table",
            "reset_json_written", "term_safe", "write_json_text"]

@@ -12,7 +12,7 @@ entry is checked here, once, for every source:
   over :data:`MAX_PATH_BYTES` in all), or that hides or disguises what it is (bidi, zero-width,
   tag or filler characters, look-alike letters, digits and dots, decomposed forms, Windows
   device names, trailing dots, a ``.git`` folder: the scan's own
-  :func:`specbundle.scan.files.name_problem`, less the characters only Windows refuses)
+  :func:`specbundle.names.name_problem`, less the characters only Windows refuses)
   is never fetched nor mirrored; nor are names that collide once case and normalisation
   are folded (``Config.json`` beside ``config.json``). It is recorded as skipped, under an
   escaped spelling that carries no control or invisible character, so the record, the event
@@ -27,10 +27,10 @@ from collections import Counter
 from specbundle import ids
 from specbundle.digest import is_sha256
 from specbundle.errors import ExitCode, PullError
+from specbundle.names import colliding, name_problem
 from specbundle.pull.interface import RemoteFile
 from specbundle.record import SkippedFile
-from specbundle.scan.files import colliding, name_problem
-from specbundle.scan.text import safe_text
+from specbundle.text import safe_text
 
 __all__ = ["MAX_PATH_BYTES", "UNSAFE_NAME_REASON", "ListingRejected", "screen_listing"]
 

@@ -15,8 +15,8 @@ from typing import Any
 from specbundle._fsutil import canonical_json
 from specbundle.digest import sha256_bytes
 from specbundle.errors import MirrorError
-from specbundle.scan.text import safe_text
 from specbundle.strict import loads_json
+from specbundle.text import safe_text
 
 # a report lists every file: a 30 000-file tree is ~5 MB, so the strict parser's 16 MB default
 # would refuse a legitimate one of ~100 000 files

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path, PurePosixPath
 
+from specbundle.names import MAX_DEPTH
 from specbundle.record import SkippedFile
 from specbundle.scan.findings import Finding, Severity, finding
 
@@ -67,8 +68,8 @@ def _inside(path: Path, roots: tuple[Path, ...]) -> bool:
 
 
 # Real repositories are a few folders deep and hold at most tens of thousands of files; past
-# these the tree is not analysed further and the scan reports it (HIGH), it never hangs.
-MAX_DEPTH = 64
+# these (and past specbundle.names.MAX_DEPTH folders) the tree is not analysed further and the
+# scan reports it (HIGH), it never hangs.
 MAX_FILES = 200_000
 
 
