@@ -23,9 +23,8 @@ from specbundle.attest import (
     SLSA_PROVENANCE_V1,
     SPECBUNDLE_URI,
     Statement,
-    Subject,
-    artifact_subjects,
 )
+from specbundle.attest.mirrored import subjects_for
 from specbundle.attest.predicates import SCAN_CONFIGURATION_V1
 from specbundle.record import ArtifactRecord, BundleRecord
 from specbundle.scan.findings import ScanReport
@@ -36,7 +35,6 @@ __all__ = [
     "jsonable",
     "pair_binding",
     "scan_result",
-    "subjects_for",
 ]
 
 #: Files whose digests decide whether draft and target speak the same tokens.
@@ -53,11 +51,6 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
     return value
-
-
-def subjects_for(art: ArtifactRecord, root: str) -> tuple[Subject, Subject]:
-    """OMS root digest + commit subjects of one artifact."""
-    return artifact_subjects(art.repo, root, art.commit, art.commit_kind)
 
 
 def fetch_provenance(rec: BundleRecord, art: ArtifactRecord, root: str) -> Statement:

@@ -198,12 +198,14 @@ def _bound_schedules(stmts: list[CheckedStatement], policy: TrustPolicy, bundle:
 
     A tune statement binds its schedule only if it names every artifact's signed root (this
     very bundle version) and a key signed it whose scope covers the bundle and all its repos
-    and that is not revoked: a key trusted for another bundle cannot retune this one.
+    and that is not revoked: a key trusted for another bundle cannot retune this one. Only the
+    latest such statement per engine (log order) counts: a superseded schedule copied back
+    into the mirror is bound by nothing.
     """
     repos = tuple(a.repo for a in arts.values())
     eligible = {k.fingerprint for k in policy.keys
                 if k.may_sign_all(repos, bundle) and k.fingerprint not in revoked}
-    out: set[str] = set()
+    latest: dict[str, str] = {}
     for cs in stmts:
         st = cs.statement
         if st.predicate_type != TUNE_SCHEDULE_V1 or not cs.signers & eligible or not arts:
@@ -212,5 +214,5 @@ def _bound_schedules(stmts: list[CheckedStatement], policy: TrustPolicy, bundle:
             continue
         digest = schedule_digest(st.predicate.get("schedule"))
         if digest is not None:
-            out.add(digest)
-    return frozenset(out)
+            latest[str(st.predicate.get("engine"))] = digest
+    return frozenset(latest.values())
