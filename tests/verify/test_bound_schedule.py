@@ -76,3 +76,21 @@ def test_a_schedule_signed_by_an_eligible_key_is_applied_and_only_as_signed(
     forged = TunedSchedule("vllm", "r1", 7, (Tier(1, 7, None),)).to_bytes()
     mirror.write_bundle_file("pair", SCHEDULE_FILE, forged)
     assert v.tuned_schedule("vllm") is None
+
+
+def test_a_superseded_signed_schedule_copied_back_is_not_applied(tmp_path: Path) -> None:
+    """Issue 22 item 2: only the latest eligible tune statement per engine binds its schedule."""
+    mirror, release, _other, policy, old = _setup(tmp_path)
+    _tune_statement(mirror, "pair", old, release)
+    new = TunedSchedule("vllm", "r2", 4, (Tier(1, 2, None), Tier(2, 1, None))).to_bytes()
+    mirror.write_bundle_file("pair", SCHEDULE_FILE, new)
+    _tune_statement(mirror, "pair", new, release)
+    v = verify_bundle(mirror, "pair", load_policy(policy))
+    assert v.tuned_schedules == frozenset({sha256_bytes(new)})
+    tuned = v.tuned_schedule("vllm")  # the benign twin: the latest schedule is in force
+    assert tuned is not None and tuned.max_k == 2
+    mirror.write_bundle_file("pair", SCHEDULE_FILE, old)  # the older, also signed, copied back
+    assert v.tuned_schedule("vllm") is None
+    assert verify_bundle(mirror, "pair", load_policy(policy)).tuned_schedule("vllm") is None
+    args = " ".join(_k(tmp_path, mirror, policy, "c")).replace(" ", "")
+    assert '"num_speculative_tokens":3' not in args

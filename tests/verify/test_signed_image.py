@@ -10,6 +10,7 @@ import yaml
 
 from specbundle import attest
 from specbundle.bundle import read_unsigned
+from specbundle.digest import sha256_bytes
 from specbundle.errors import VerificationError
 from specbundle.mirror import Mirror, versions
 from specbundle.render import render_bundle
@@ -121,3 +122,44 @@ def test_a_signed_image_record_with_duplicate_keys_is_refused(tmp_path: Path) ->
         render_bundle(v, "vllm", "compose", tmp_path / "out")
     with pytest.raises(VerificationError, match="duplicate"):
         v.image_records()
+
+
+def test_a_side_index_and_record_never_vouch_for_an_image(tmp_path: Path) -> None:
+    """Issue 22 item 2: a transfer index signed by a revoked policy key, with its own record,
+    planted beside the signed version, vouches for nothing: load takes the signed record."""
+    from specbundle._fsutil import canonical_json
+    from specbundle.attest import sign_statement
+    from specbundle.image_record import ImageRecord
+    from specbundle.images import check_image, vouched_digests
+    from specbundle.transfer.index import Part, TransferIndex
+    from specbundle.verify import load_policy
+
+    mirror, policy_path = _signed_with_image(tmp_path)
+    stolen = attest.generate_key("ecdsa-p256")  # in the policy, and revoked there
+    doc = yaml.safe_load(policy_path.read_text())
+    doc["keys"].append({**doc["keys"][0], "name": "stolen", "fingerprint": stolen.fingerprint,
+                        "public_key": stolen.public.pem.decode()})
+    doc["revoked"] = [{"fingerprint": stolen.fingerprint, "reason": "laptop stolen"}]
+    policy_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    v = verify_bundle(mirror, "pair", load_policy(policy_path))
+    evil = json.loads(_record(SWAPPED))
+    evil.update(archive_sha256="a" * 64, image_id="sha256:" + "b" * 64)
+    evil_bytes = json.dumps(evil).encode()
+    idx = TransferIndex("pair", 9, "2026-01-01T00:00:00Z", (
+        Part("bundle/images/vllm.json", len(evil_bytes), sha256_bytes(evil_bytes)),
+        Part(f"objects/{'a' * 64}", 1, "a" * 64)))
+    env = sign_statement(idx.statement(v.subjects()), [stolen])
+    mirror.write_bundle_file("pair", "import/index.json", canonical_json(env.to_json()))
+    mirror.write_bundle_file("pair", "images/vllm.json", evil_bytes)
+    vouched = vouched_digests(v)
+    assert vouched.signed and "a" * 64 not in vouched.digests
+    assert vouched.digests == {v.manifest.images["vllm"], "d" * 64}
+    rec = v.image_record("vllm")
+    assert rec is not None and rec.image_id == "sha256:" + "c" * 64
+    with (tmp_path / "blob").open("w+b") as fh, \
+            pytest.raises(VerificationError, match="not bound to the signed version 1"):
+        check_image(ImageRecord.from_json(evil), evil_bytes, vouched, fh)
+    # the benign twin: the unsigned reading (connected side) would take the planted record
+    from specbundle.bundle import read_unsigned
+
+    assert read_unsigned(mirror, "pair").image_record("vllm") == ImageRecord.from_json(evil)
