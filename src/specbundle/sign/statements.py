@@ -24,6 +24,7 @@ from specbundle.attest import (
     SPECBUNDLE_URI,
     Statement,
 )
+from specbundle.attest.manifest import spec_sha256
 from specbundle.attest.mirrored import subjects_for
 from specbundle.attest.predicates import SCAN_CONFIGURATION_V1
 from specbundle.record import ArtifactRecord, BundleRecord
@@ -121,7 +122,8 @@ def scan_result(
                            "digest": {"sha256": report_sha256}}],
         "passedTests": [] if failed or warned else ["scan:all-checks"],
         "warnedTests": warned, "failedTests": failed, "timeCreated": now,
-        "specbundle_scan": {"reportSha256": report_sha256, "failOn": report.fail_on.value,
+        "specbundle_scan": {"reportSha256": report_sha256, "specSha256": spec_sha256(rec.spec),
+                            "failOn": report.fail_on.value,
                             "counts": report.counts(), "scannedAt": report.scanned_at,
                             "toolVersion": report.tool_version},
     }
@@ -153,7 +155,7 @@ def pair_binding(rec: BundleRecord, roots: Mapping[str, str], now: str) -> State
         "tokenizer": {"digest": main_tok, "target": tok_t, "draft": tok_d,
                       "draftMatchesTarget": bool(tok_d) and all(
                           tok_t.get(p) == d for p, d in tok_d.items())},
-        "speculative": jsonable(spec_spec),
+        "speculative": jsonable(spec_spec), "specSha256": spec_sha256(rec.spec),
         "timeCreated": now, "toolVersion": __version__,
     }
     subjects = [s for art in rec.artifacts for s in subjects_for(art, roots[art.role])]

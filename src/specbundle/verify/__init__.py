@@ -320,7 +320,7 @@ def verify_bundle(
             for a in rec.artifacts if a.role in roots}
     att_problems, signers, schedules = evaluate_attestations(envs, policy, name, refs,
                                                   now or datetime.now(UTC), all_revoked,
-                                                  man.scan_report_sha256)
+                                                  man.scan_report_sha256, man.spec_sha256)
     problems += att_problems
     report = VerificationReport(name, policy.digest, utc_now(), roots, model_signers, signers,
                                 files, nbytes, tuple(problems), on_write)
