@@ -112,7 +112,7 @@ def test_systemd_unit_round_trips_and_verifies(mirror: Mirror, bundle: BundleFac
     lines = dict(ln.split("=", 1) for ln in text.splitlines() if ln.startswith("ExecStart="))
     cmd = build_serve_command(mirror.load_bundle("llama-pair"), engine, mirror=mirror)
     assert _systemd_argv(lines["ExecStart"]) == list(cmd.argv)
-    for key in ("IPAddressDeny=any", f"ReadOnlyPaths={mirror.root}", "NoNewPrivileges=yes",
+    for key in ("IPAddressDeny=any", f'ReadOnlyPaths="{mirror.root}"', "NoNewPrivileges=yes",
                 "ProtectSystem=strict"):
         assert key in text.splitlines()
     assert "PrivateNetwork=yes" not in text and "PrivateDevices=yes" not in text
