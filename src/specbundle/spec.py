@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from specbundle.errors import SpecError
 from specbundle.strict import MalformedDocument, load_yaml_file
@@ -73,8 +81,38 @@ class EngineName(StrEnum):
     LLAMACPP = "llamacpp"
 
 
+#: Control characters (C0, DEL, C1) and Unicode line/paragraph separators: a record separator
+#: in some rendered format (shell line, unit-file line, YAML line), never part of a value.
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: Free text that reaches no command line or manifest value.
+_FREE_TEXT = frozenset({"description"})
+
+
+def _no_controls(value: Any) -> None:
+    """Refuse a control character anywhere in a string, a list of strings or a mapping."""
+    if isinstance(value, str):
+        if m := _CONTROL_RE.search(value):
+            raise ValueError(f"control character U+{ord(m.group()):04X} in {value[:40]!r}: "
+                             "spec strings reach command lines and unit files, where it "
+                             "would start a new line or argument")
+    elif isinstance(value, tuple | list):
+        for v in value:
+            _no_controls(v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _no_controls(k)
+            _no_controls(v)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _plain_strings(cls, v: Any, info: ValidationInfo) -> Any:
+        if info.field_name not in _FREE_TEXT:
+            _no_controls(v)
+        return v
 
 
 class ArtifactSpec(_Model):

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from specbundle.bundle import read_unsigned
 from specbundle.mirror import Mirror
 from specbundle.render import build_serve_command, lint_bundle
 from specbundle.render.argrules import VLLM_TABLE_VERSION
@@ -134,7 +135,7 @@ def test_lint_table_agrees_with_the_engine_on_every_flag_case(judged: Judged) ->
                  "no-disable-log-stats", "optimization-level", "tokenizer-mode-hf",
                  "kv-cache-dtype-new", "new-spec-keys", "unknown-spec-key", "medusa"):
         engine_ok = judged.verdict(case).ok and judged.verdict(case, "baseline").ok
-        report = lint_bundle(judged.mirror, judged.names[case], engine="vllm")
+        report = lint_bundle(read_unsigned(judged.mirror, judged.names[case]), engine="vllm")
         assert report.ok == engine_ok, (case, [str(f) for f in report.errors],
                                         judged.verdict(case).message,
                                         judged.verdict(case, "baseline").message)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from specbundle.bundle import read_unsigned
 from specbundle.errors import RenderError
 from specbundle.mirror import Mirror
 from specbundle.render import RULES, lint_bundle, lint_spec, render_bundle
@@ -147,13 +148,13 @@ def test_every_rule_has_a_case() -> None:
 def test_model_files_missing(mirror: Mirror, bundle: BundleFactory) -> None:
     """Needs a pulled bundle (the rule reads the record's file list), so it is tested here."""
     bundle(**{"draft.gguf_file": "draft-q4.gguf"})
-    report = lint_bundle(mirror, "llama-pair")
+    report = lint_bundle(read_unsigned(mirror, "llama-pair"))
     hits = [(f.engine, f.where) for f in report.errors if f.rule == "model-files-missing"]
     assert hits == [("llamacpp", "draft: draft-q4.gguf")]
     with pytest.raises(RenderError, match="model-files-missing"):
-        render_bundle(mirror, "llama-pair", "llamacpp", "shell")
-    assert render_bundle(mirror, "llama-pair", "vllm", "shell").lint.ok
-    clean = lint_bundle(mirror, "llama-pair", engine="vllm")
+        render_bundle(read_unsigned(mirror, "llama-pair"), "llamacpp", "shell")
+    assert render_bundle(read_unsigned(mirror, "llama-pair"), "vllm", "shell").lint.ok
+    clean = lint_bundle(read_unsigned(mirror, "llama-pair"), engine="vllm")
     assert not [f for f in clean.findings if f.rule == "model-files-missing"]
 
 
@@ -201,29 +202,29 @@ def test_hub_reference_catches_urls_in_speculative_config(tmp_path: Path) -> Non
 def test_unpinned_image_blocks_container_render(mirror: Mirror, bundle: BundleFactory) -> None:
     bundle(**VLLM_ONLY)
     with pytest.raises(RenderError, match="image-unpinned") as err:
-        render_bundle(mirror, "llama-pair", "vllm", "kubernetes")
+        render_bundle(read_unsigned(mirror, "llama-pair"), "vllm", "kubernetes")
     assert err.value.exit_code == 2
     assert not (mirror.bundle_dir("llama-pair") / "render" / "vllm" / "kubernetes").exists()
-    ok = render_bundle(mirror, "llama-pair", "vllm", "kubernetes", allow_unpinned_image=True)
+    ok = render_bundle(read_unsigned(mirror, "llama-pair"), "vllm", "kubernetes", allow_unpinned_image=True)
     assert [f.rule for f in ok.lint.warnings] == ["image-unpinned"]
-    assert render_bundle(mirror, "llama-pair", "vllm", "shell").lint.ok
+    assert render_bundle(read_unsigned(mirror, "llama-pair"), "vllm", "shell").lint.ok
 
 
 def test_lint_errors_block_render(mirror: Mirror, bundle: BundleFactory) -> None:
     bundle(**{"engines.llamacpp.spec_type": "none"})
     with pytest.raises(RenderError, match="llamacpp-draft-without-spec-type"):
-        render_bundle(mirror, "llama-pair", "llamacpp", "shell")
+        render_bundle(read_unsigned(mirror, "llama-pair"), "llamacpp", "shell")
     assert not (mirror.bundle_dir("llama-pair") / "render" / "llamacpp").exists()
 
 
 def test_lint_bundle_reads_the_draft_config(mirror: Mirror, bundle: BundleFactory) -> None:
     bundle(draft_config=EAGLE3_DRAFT, **{**VLLM_ONLY, "speculative.method": "eagle"})
-    report = lint_bundle(mirror, "llama-pair")
+    report = lint_bundle(read_unsigned(mirror, "llama-pair"))
     assert [f.rule for f in report.errors] == ["eagle-given-eagle3-draft"]
 
 
 def test_lint_bundle_does_not_write_to_the_mirror(mirror: Mirror, bundle: BundleFactory) -> None:
     bundle()
     before = sorted(p.relative_to(mirror.root) for p in mirror.root.rglob("*"))
-    assert lint_bundle(mirror, "llama-pair", target="shell").ok
+    assert lint_bundle(read_unsigned(mirror, "llama-pair"), target="shell").ok
     assert sorted(p.relative_to(mirror.root) for p in mirror.root.rglob("*")) == before

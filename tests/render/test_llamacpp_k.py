@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from specbundle.bundle import read_unsigned
 from specbundle.mirror import Mirror
 from specbundle.render import build_serve_command, lint_bundle
 from tests._engine import find_llama_server
@@ -51,7 +52,7 @@ def test_draft_mtp_renders_without_a_draft(mirror: Mirror, bundle: BundleFactory
     assert _value(argv, "--spec-type") == "draft-mtp"
     assert "--spec-draft-model" not in argv
     assert _value(argv, "--spec-draft-n-max") == "2"  # K, not llama.cpp's default 3
-    assert lint_bundle(mirror, "llama-pair").ok
+    assert lint_bundle(read_unsigned(mirror, "llama-pair")).ok
 
 
 @pytest.mark.parametrize(("spec_type", "flags"), [
@@ -68,14 +69,14 @@ def test_ngram_types_get_the_spec_k(mirror: Mirror, bundle: BundleFactory,
         "engines.llamacpp.spec_type": spec_type})
     check_llamacpp(argv, help_text)
     assert {f: _value(argv, f) for f in flags} == flags
-    report = lint_bundle(mirror, "llama-pair")
+    report = lint_bundle(read_unsigned(mirror, "llama-pair"))
     assert report.ok and not [f for f in report.warnings if "K" in f.message], report.findings
 
 
 def test_ngram_cache_warns_that_k_is_not_passed(mirror: Mirror, bundle: BundleFactory) -> None:
     bundle(**_NO_DRAFT, **{"speculative.method": "ngram",
                            "engines.llamacpp.spec_type": "ngram-cache"})
-    hits = [f for f in lint_bundle(mirror, "llama-pair").warnings
+    hits = [f for f in lint_bundle(read_unsigned(mirror, "llama-pair")).warnings
             if "ngram-cache has no draft-length flag" in f.message]
     assert len(hits) == 1
 
@@ -84,7 +85,7 @@ def test_a_draft_type_without_a_draft_is_still_an_error(mirror: Mirror,
                                                         bundle: BundleFactory) -> None:
     bundle(**_NO_DRAFT, **{"speculative.method": "ngram",
                            "engines.llamacpp.spec_type": "draft-simple"})
-    errors = [f.message for f in lint_bundle(mirror, "llama-pair").errors]
+    errors = [f.message for f in lint_bundle(read_unsigned(mirror, "llama-pair")).errors]
     assert any("needs a draft model" in m for m in errors), errors
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from specbundle.bundle import read_unsigned
 from specbundle.mirror import Mirror
 from specbundle.record import BundleRecord
 from specbundle.render import build_serve_command, lint_bundle
@@ -83,7 +84,7 @@ def verdicts(module_tmp: Path) -> dict[str, Any]:
         rec = _bundle(mirror, f"pair-{i}", changes)  # no method word in the path
         argvs[case] = build_serve_command(rec, "sglang", mirror=mirror,
                                           speculation=spec_arm).argv
-        lints[case] = lint_bundle(mirror, rec.name, engine="sglang")
+        lints[case] = lint_bundle(read_unsigned(mirror, rec.name), engine="sglang")
     got = resolve(list(argvs.values()))
     return {c: (argvs[c], lints[c], r) for c, r in zip(argvs, got, strict=True)}
 
