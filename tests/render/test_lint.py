@@ -133,6 +133,19 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
         {**LLAMA_ONLY, "engines.llamacpp.extra_args": ["--spec-draft-type-k", "q8_0"]}, {}),
     "metrics-disabled": (
         {**VLLM_ONLY, "engines.vllm.extra_args": ["--disable-log-stats"]}, VLLM_ONLY, {}),
+    "llamacpp-slot-context": (
+        {**LLAMA_ONLY, "engines.llamacpp.parallel": None, "engines.llamacpp.ctx_size": 4096},
+        {**LLAMA_ONLY, "engines.llamacpp.parallel": None}, {}),
+    "image-cpu-build": (
+        {**LLAMA_ONLY, "engines.llamacpp.image": "ghcr.io/ggml-org/llama.cpp:server"},
+        LLAMA_ONLY, {"target": "compose", "allow_unpinned_image": True}),
+    "vllm-image-version": (
+        {**VLLM_ONLY, "engines.vllm.speculative_extra": {"use_heterogeneous_vocab": True},
+         "engines.vllm.image": "vllm/vllm-openai:v0.34.0"},
+        {**VLLM_ONLY, "engines.vllm.image": "vllm/vllm-openai:v0.34.0"}, {}),
+    "llamacpp-image-version": (
+        {**LLAMA_ONLY, "engines.llamacpp.image": "ghcr.io/ggml-org/llama.cpp:server-cuda"},
+        LLAMA_ONLY, {}),
 }
 
 

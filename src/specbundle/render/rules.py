@@ -12,6 +12,7 @@ from itertools import pairwise
 
 from specbundle.render.argrules import VLLM_SPEC_KEYS
 from specbundle.render.lint import Finding, LintInput, Rule, finding
+from specbundle.render.rules_images import IMAGE_RULES, vllm_removed_in_image
 from specbundle.render.rules_sglang import SGLANG_RULES
 from specbundle.render.sglang import ALGORITHMS
 from specbundle.spec import EngineName, SpecMethod
@@ -299,8 +300,10 @@ def vllm_async(inp: LintInput) -> Iterator[Finding]:
 
 
 def vllm_method_removed(inp: LintInput) -> Iterator[Finding]:
-    """vLLM 0.33 removed the medusa and mlp_speculator methods (0.32, the pinned one, has them)."""
-    if V in inp.commands and inp.spec.speculative.method == SpecMethod.MEDUSA:
+    """vLLM 0.33 removed the medusa and mlp_speculator methods (0.32, the pinned one, has them);
+    with an image of 0.33 or later ``vllm-image-version`` reports the refusal instead."""
+    if V in inp.commands and inp.spec.speculative.method == SpecMethod.MEDUSA \
+            and not vllm_removed_in_image(inp)[1]:
         yield finding(
             "vllm-method-removed",
             "warning",
@@ -465,4 +468,5 @@ ENGINE_RULES: dict[str, Rule] = {
     "sglang-method-unsupported": sglang_method,
     "eagle-given-eagle3-draft": eagle_with_eagle3,
     **SGLANG_RULES,
+    **IMAGE_RULES,
 }

@@ -49,7 +49,7 @@ def image_features(inp: LintInput) -> Iterator[Finding]:
     s = inp.spec.engines.sglang
     if s is None or S not in inp.commands:
         return
-    version = image_version(inp.commands[S].image or s.image)
+    version = image_version(inp.commands[S].image) or image_version(s.image)
     where = "engines.sglang.image"
     if version is None or version not in FEATURES:
         known = ", ".join(FEATURES)
