@@ -133,6 +133,17 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
         {**LLAMA_ONLY, "engines.llamacpp.extra_args": ["--spec-draft-type-k", "q8_0"]}, {}),
     "metrics-disabled": (
         {**VLLM_ONLY, "engines.vllm.extra_args": ["--disable-log-stats"]}, VLLM_ONLY, {}),
+    "sglang-adaptive-steps": (
+        {**SGLANG_ONLY, **EAGLE3, "engines.sglang.speculative_adaptive": True,
+         "engines.sglang.speculative_num_steps": 4, "engines.sglang.speculative_eagle_topk": 1,
+         "engines.sglang.speculative_num_draft_tokens": 5},
+        {**SGLANG_ONLY, **EAGLE3, "engines.sglang.speculative_adaptive": True,
+         "engines.sglang.speculative_num_steps": 3, "engines.sglang.speculative_eagle_topk": 1,
+         "engines.sglang.speculative_num_draft_tokens": 4}, {}),
+    "sglang-dflash-width": (
+        {**SGLANG_ONLY, "speculative.method": "dflash"},
+        {**SGLANG_ONLY, "speculative.method": "dflash", "speculative.num_speculative_tokens": 15},
+        {"draft_config": {"dflash_config": {"block_size": 16}}}),
     "llamacpp-slot-context": (
         {**LLAMA_ONLY, "engines.llamacpp.parallel": None, "engines.llamacpp.ctx_size": 4096},
         {**LLAMA_ONLY, "engines.llamacpp.parallel": None}, {}),
