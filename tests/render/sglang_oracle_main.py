@@ -71,6 +71,18 @@ def _flags() -> dict[str, str]:
     return out
 
 
+def _choices() -> dict[str, list[str]]:
+    """Option strings with argparse choices -> the choices, as text."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    return {s: [str(c) for c in a.choices] for a in parser._actions
+            if a.choices is not None for s in a.option_strings}
+
+
 def main() -> None:
     _torchvision_on_cpu_torch()
     import sglang
@@ -78,6 +90,9 @@ def main() -> None:
 
     if sys.argv[1:] == ["--list-flags"]:
         sys.stdout.write(json.dumps(_flags()))
+        return
+    if sys.argv[1:] == ["--list-choices"]:
+        sys.stdout.write(json.dumps(_choices()))
         return
 
     out = []

@@ -144,6 +144,9 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
         {**SGLANG_ONLY, "speculative.method": "dflash"},
         {**SGLANG_ONLY, "speculative.method": "dflash", "speculative.num_speculative_tokens": 15},
         {"draft_config": {"dflash_config": {"block_size": 16}}}),
+    "sglang-flag-choice": (
+        {**SGLANG_ONLY, "engines.sglang.extra_args": ["--attention-backend", "flashattn"]},
+        {**SGLANG_ONLY, "engines.sglang.extra_args": ["--attention-backend", "fa3"]}, {}),
     "llamacpp-slot-context": (
         {**LLAMA_ONLY, "engines.llamacpp.parallel": None, "engines.llamacpp.ctx_size": 4096},
         {**LLAMA_ONLY, "engines.llamacpp.parallel": None}, {}),

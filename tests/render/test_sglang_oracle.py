@@ -275,3 +275,18 @@ def test_transcribed_flag_table_is_a_subset_of_the_real_parser() -> None:
              if (r.kind == "bool") != (real[k] == "bool")
              or (real[k] in ("int", "float") and r.kind != real[k])}
     assert wrong == {}
+
+
+def test_transcribed_choices_and_negations_are_the_real_parsers() -> None:
+    """Flags with argparse choices carry exactly SGLang's choices; no ``--no-<flag>`` form is
+    accepted that 0.5.23 does not have (its booleans are store_true)."""
+    from specbundle.render.argrules import SGLANG_FLAGS, canonical_flag
+    from tests.render._sglang import choices, flags
+
+    real, real_choices = flags(), choices()
+    for k, r in SGLANG_FLAGS.items():
+        if k in real_choices:
+            assert r.kind == "choice" and list(r.choices) == real_choices[k], k
+        if r.kind == "bool":
+            negated = "--no-" + k[2:]
+            assert (canonical_flag(negated, SGLANG_FLAGS) is not None) == (negated in real), k

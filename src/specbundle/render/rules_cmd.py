@@ -252,21 +252,39 @@ def unknown_flags(inp: LintInput) -> Iterator[Finding]:
                               "check the spelling against the engine version you ship", eng)
 
 
+def _choice_misses(extra: tuple[str, ...], table: dict[str, ArgRule]
+                   ) -> Iterator[tuple[str, str, tuple[str, ...]]]:
+    """(flag, value, choices) for each extra flag given a value outside its choices."""
+    for i, a in enumerate(extra):
+        name = canonical_flag(a, table) if a.startswith("-") else None
+        rule = table.get(name) if name else None
+        if name is None or rule is None or rule.kind != "choice":
+            continue
+        value = a.split("=", 1)[1] if "=" in a else (extra[i + 1] if i + 1 < len(extra) else "")
+        if value not in rule.choices:
+            yield name, value, rule.choices
+
+
 def vllm_flag_choices(inp: LintInput) -> Iterator[Finding]:
     """A vLLM extra flag with fixed choices must be given one of them (argparse refuses)."""
     settings = inp.spec.engines.vllm
     extra = tuple(settings.extra_args) if settings is not None else ()
-    for i, a in enumerate(extra):
-        name = canonical_flag(a, VLLM_FLAGS) if a.startswith("-") else None
-        rule = VLLM_FLAGS.get(name) if name else None
-        if rule is None or rule.kind != "choice":
-            continue
-        value = a.split("=", 1)[1] if "=" in a else (extra[i + 1] if i + 1 < len(extra) else "")
-        if value not in rule.choices:
-            yield finding("vllm-flag-choice", "error", f"engines.vllm.extra_args: {name}",
-                          f"{value!r} is not a choice of {name} in vLLM {VLLM_TABLE_VERSION} "
-                          f"({', '.join(rule.choices)}); it refuses to start.",
-                          f"use one of {', '.join(rule.choices)}", V)
+    for name, value, choices in _choice_misses(extra, VLLM_FLAGS):
+        yield finding("vllm-flag-choice", "error", f"engines.vllm.extra_args: {name}",
+                      f"{value!r} is not a choice of {name} in vLLM {VLLM_TABLE_VERSION} "
+                      f"({', '.join(choices)}); it refuses to start.",
+                      f"use one of {', '.join(choices)}", V)
+
+
+def sglang_flag_choices(inp: LintInput) -> Iterator[Finding]:
+    """An SGLang extra flag with argparse choices must be given one of them."""
+    settings = inp.spec.engines.sglang
+    extra = tuple(settings.extra_args) if settings is not None else ()
+    for name, value, choices in _choice_misses(extra, SGLANG_FLAGS):
+        yield finding("sglang-flag-choice", "error", f"engines.sglang.extra_args: {name}",
+                      f"{value!r} is not a choice of {name} in SGLang 0.5.23 "
+                      f"({', '.join(choices)}); argparse refuses it and the server never "
+                      "starts.", f"use one of {', '.join(choices[:12])}", S)
 
 
 def extra_args_override(inp: LintInput) -> Iterator[Finding]:
@@ -335,6 +353,7 @@ COMMAND_RULES: dict[str, Rule] = {
     "image-unpinned": image_pinned,
     "unknown-engine-flag": unknown_flags,
     "vllm-flag-choice": vllm_flag_choices,
+    "sglang-flag-choice": sglang_flag_choices,
     "extra-args-override": extra_args_override,
     "model-files-missing": model_files,
     "metrics-disabled": metrics_off,
