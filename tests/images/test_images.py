@@ -45,7 +45,7 @@ from tests.images.conftest import ImageFactory
 pytestmark = pytest.mark.docker
 
 #: Small, CPU-friendly llama-server settings; p_min 0 so the tiny draft always proposes.
-ENGINE = {"draft_p_min": 0.0, "ctx_size": 512, "threads": 2, "n_gpu_layers": "0",
+ENGINE = {"draft_p_min": 0.0, "threads": 2, "n_gpu_layers": "0",
           "draft_n_gpu_layers": "0"}
 
 

@@ -134,6 +134,33 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
         {**LLAMA_ONLY, "engines.llamacpp.extra_args": ["--spec-draft-type-k", "q8_0"]}, {}),
     "metrics-disabled": (
         {**VLLM_ONLY, "engines.vllm.extra_args": ["--disable-log-stats"]}, VLLM_ONLY, {}),
+    "sglang-adaptive-steps": (
+        {**SGLANG_ONLY, **EAGLE3, "engines.sglang.speculative_adaptive": True,
+         "engines.sglang.speculative_num_steps": 4, "engines.sglang.speculative_eagle_topk": 1,
+         "engines.sglang.speculative_num_draft_tokens": 5},
+        {**SGLANG_ONLY, **EAGLE3, "engines.sglang.speculative_adaptive": True,
+         "engines.sglang.speculative_num_steps": 3, "engines.sglang.speculative_eagle_topk": 1,
+         "engines.sglang.speculative_num_draft_tokens": 4}, {}),
+    "sglang-dflash-width": (
+        {**SGLANG_ONLY, "speculative.method": "dflash"},
+        {**SGLANG_ONLY, "speculative.method": "dflash", "speculative.num_speculative_tokens": 15},
+        {"draft_config": {"dflash_config": {"block_size": 16}}}),
+    "sglang-flag-choice": (
+        {**SGLANG_ONLY, "engines.sglang.extra_args": ["--attention-backend", "flashattn"]},
+        {**SGLANG_ONLY, "engines.sglang.extra_args": ["--attention-backend", "fa3"]}, {}),
+    "llamacpp-slot-context": (
+        {**LLAMA_ONLY, "engines.llamacpp.parallel": None, "engines.llamacpp.ctx_size": 4096},
+        {**LLAMA_ONLY, "engines.llamacpp.parallel": None}, {}),
+    "image-cpu-build": (
+        {**LLAMA_ONLY, "engines.llamacpp.image": "ghcr.io/ggml-org/llama.cpp:server"},
+        LLAMA_ONLY, {"target": "compose", "allow_unpinned_image": True}),
+    "vllm-image-version": (
+        {**VLLM_ONLY, "engines.vllm.speculative_extra": {"use_heterogeneous_vocab": True},
+         "engines.vllm.image": "vllm/vllm-openai:v0.34.0"},
+        {**VLLM_ONLY, "engines.vllm.image": "vllm/vllm-openai:v0.34.0"}, {}),
+    "llamacpp-image-version": (
+        {**LLAMA_ONLY, "engines.llamacpp.image": "ghcr.io/ggml-org/llama.cpp:server-cuda"},
+        LLAMA_ONLY, {}),
 }
 
 

@@ -52,6 +52,8 @@ def test_draft_mtp_renders_without_a_draft(mirror: Mirror, bundle: BundleFactory
     assert _value(argv, "--spec-type") == "draft-mtp"
     assert "--spec-draft-model" not in argv
     assert _value(argv, "--spec-draft-n-max") == "2"  # K, not llama.cpp's default 3
+    # b11434's MTP drafter stops below p_min; its default 0.00 always fills the window
+    assert _value(argv, "--spec-draft-p-min") == "0.75"
     assert lint_bundle(read_unsigned(mirror, "llama-pair")).ok
 
 
@@ -59,7 +61,8 @@ def test_draft_mtp_renders_without_a_draft(mirror: Mirror, bundle: BundleFactory
     ("ngram-simple", {"--spec-ngram-simple-size-m": "5"}),
     ("ngram-map-k", {"--spec-ngram-map-k-size-m": "5"}),
     ("ngram-map-k4v", {"--spec-ngram-map-k4v-size-m": "5"}),
-    ("ngram-mod", {"--spec-ngram-mod-n-max": "5", "--spec-ngram-mod-n-min": "5"}),
+    # n_min below n_max (llama.cpp's 48/64 proportion): n_min = n_max drafts only full matches
+    ("ngram-mod", {"--spec-ngram-mod-n-max": "5", "--spec-ngram-mod-n-min": "3"}),
 ])
 def test_ngram_types_get_the_spec_k(mirror: Mirror, bundle: BundleFactory,
                                     help_text: str | None, spec_type: str,
