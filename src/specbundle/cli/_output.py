@@ -116,14 +116,16 @@ def _cell(value: Any) -> Text:
 
 
 def _records(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Text]]) -> None:
-    """One line per row (``column: value | ...``): what a CI log shows without wrapping."""
+    """One line per row (``column: value | ...``, empty cells left out): what a CI log shows
+    without wrapping."""
     if title is not None:
         console.print(_cell(title), soft_wrap=True)
     for r in rows:
         line = Text(" ")
-        for i, (c, v) in enumerate(zip(columns, r, strict=False)):
-            line.append(f"{' | ' if i else ''}{c}: ", style="bold")
-            line.append_text(v)
+        for c, v in zip(columns, r, strict=False):
+            if v.plain:  # an empty cell says nothing in a record
+                line.append(f"{' | ' if len(line) > 1 else ''}{c}: ", style="bold")
+                line.append_text(v)
         console.print(line, soft_wrap=True)
 
 

@@ -116,7 +116,8 @@ def _attestation_claims(raw: bytes | None, roots: Mapping[str, str],
         kind = KIND_BY_PREDICATE.get(st.predicate_type, "other")
         named = "+".join(r for r in ("target", "draft") if roots.get(r) in st.digests("sha256"))
         covers = COVERS.get(kind, "artifacts")
-        for c in _claims(env, kind, f"{covers} ({named})", policy):
+        covers = f"{covers} ({named})" if covers.startswith("artifacts") else covers
+        for c in _claims(env, kind, covers, policy):
             if c not in out:  # each sign run repeats the statements: list each claim once
                 out.append(c)
     return out
