@@ -82,6 +82,22 @@ def test_transfer_set_before_import_and_trust(v: Versions, tmp_path: Path) -> No
     assert man and man[0]["key"] == "release" and man[0]["verified"] is True
 
 
+def test_tampered_transfer_set_is_refused_under_trust(
+        v: Versions, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    v.sign(k=5)
+    out = tmp_path / "set"
+    export_bundle(v.mirror, "pair", out, [v.key])
+    report = out / "bundle" / "versions" / "000002" / "scan" / "report.json"
+    report.write_bytes(report.read_bytes().replace(b'"high"', b'"critical"'))
+    code, _, err = run_cli(capsys, "diff", "pair", "1", str(out), "--mirror",
+                           str(v.mirror.root), "--trust", str(v.policy_path))
+    assert code == 3 and "not the file its signed index names" in err
+    # without a policy nothing is trusted: the diff still shows it, signatures unchecked
+    rep = diff_bundle(v.mirror, "pair", "1", str(out))
+    assert rep.new.note == "scan report differs from the one the manifest signs"
+    assert {s["verified"] for s in rep.new.signatures} == {None}
+
+
 def test_cli_json_schema_and_exit_7(v: Versions, capsys: pytest.CaptureFixture[str]) -> None:
     v.sign(min_ratio=1.0)
     mirror = str(v.mirror.root)

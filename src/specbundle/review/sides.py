@@ -205,8 +205,9 @@ def _transfer_side(folder: Path, policy: TrustPolicy | None) -> Side:
     from specbundle.transfer import read_index  # the isolated side's reader, only when asked
 
     bundle = folder / "bundle"
-    if policy is not None:
-        read_index(folder, policy)
+    signed: dict[str, str] | None = None
+    if policy is not None:  # then every file read must be the one the signed index names
+        signed = {p.path: p.sha256 for p in read_index(folder, policy)[0].parts}
     if not bundle.is_dir():
         raise UsageError(f"{folder}: no bundle/ folder (a chunked transfer set?)",
                          hint="diff a transfer set exported without --chunk-size, or import it")
@@ -214,9 +215,16 @@ def _transfer_side(folder: Path, policy: TrustPolicy | None) -> Side:
     def read(rel: str) -> bytes | None:
         path = bundle / ids.check_rel_path(rel)
         try:
-            return read_bounded(path, what=rel, max_bytes=256 * 1024 * 1024)
+            data = read_bounded(path, what=rel, max_bytes=256 * 1024 * 1024)
         except FileNotFoundError:
             return None
+        except MalformedDocument as err:
+            raise VerificationError(f"{folder}: {err}") from None
+        want = None if signed is None else signed.get(f"bundle/{rel}")
+        if signed is not None and want != sha256_bytes(data):
+            raise VerificationError(f"{folder}: bundle/{rel} is not the file its signed index "
+                                    "names", hint="the transfer set was changed after export")
+        return data
 
     def read_object(sha: str) -> bytes | None:
         path = folder / "objects" / ids.check_digest(sha)
