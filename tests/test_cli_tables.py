@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from specbundle import attest
 from specbundle.cli import _output
 from specbundle.cli._output import figure, print_table
 from tests.clihelp import run_cli
 from tests.review.builders import Versions
+from tests.sign.helpers import policy_doc, write_policy
 
 GOLDEN = Path(__file__).parent / "golden" / "cli-tables"
 UPDATE = os.environ.get("SPECBUNDLE_UPDATE_GOLDENS") == "1"
@@ -39,10 +41,11 @@ def _snapshot(name: str, text: str) -> None:
 
 
 def _check_log(text: str, width: int) -> None:
+    """Table rows fit the log; no cell was cut short (a deliberate ``<16 hex>…`` id aside)."""
     for line in text.splitlines():
-        if "┃" in line or "│" in line:  # a table row: fits, never folded
+        if "┃" in line or "│" in line:
             assert len(line) <= width, line
-    assert "…" not in text.replace("16…", "")  # no cell cut short
+            assert not re.search(r"(?<![0-9a-fx]{16})…", line), line
 
 
 def test_figures_round_to_meaning() -> None:
@@ -68,6 +71,26 @@ def test_narrow_table_stays_a_table(width: int, capsys: pytest.CaptureFixture[st
     _snapshot(f"narrow-{width}.txt", out)
 
 
+def test_verify_failure_in_a_ci_log(width: int, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit 3 with the problems and the approval table, readable at either width."""
+    v = Versions(tmp_path)
+    v.sign()
+    doc = policy_doc({"release": v.key, "security": attest.generate_key("ecdsa-p256")})
+    doc["require"] = {"pair-binding": {"threshold": 2}}
+    policy = write_policy(tmp_path / "two.yaml", doc)
+    code, out, _ = run_cli(capsys, "verify", "pair", "--mirror", str(v.mirror.root),
+                           "--trust", str(policy))
+    assert code == 3 and "1 more of: security" in out
+    _check_log(out, width)
+    _snapshot(f"verify-failed-{width}.txt", _mask(out))
+
+
+def _mask(text: str) -> str:
+    """Random key ids and digests masked, keeping their length (and the columns)."""
+    return re.sub(r"[0-9a-f]{16,}", lambda m: "x" * len(m.group()), text)
+
+
 def test_diff_in_a_ci_log(width: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     v = Versions(tmp_path)
     v.sign()
@@ -77,5 +100,4 @@ def test_diff_in_a_ci_log(width: int, tmp_path: Path, capsys: pytest.CaptureFixt
     assert code == 0
     _check_log(out, width)
     assert '["--enforce-eager","--max-num-batched-tokens","8192"]' in out.replace(" ", "")
-    _snapshot(f"diff-{width}.txt", re.sub(r"[0-9a-f]{16,}", lambda m: "x" * len(m.group()),
-                                          out))
+    _snapshot(f"diff-{width}.txt", _mask(out))
