@@ -173,16 +173,13 @@ def build_review(mirror: Mirror, bundle: str, *, version: str = "current",
     if versions.current_version(mirror, bundle) is None and version != "working":
         mirror.load_bundle(bundle)  # BundleNotFound for an unknown name
     side = load_side(mirror, bundle, version, policy)
-    if against is None and side.version is not None and side.name == bundle \
-            and side.label.startswith(f"{bundle} v"):
-        if side.version > 1:
-            against = (_last_approved(mirror, bundle, side.version, policy) if policy
-                       else str(side.version - 1))
-    elif against is None and version == "working" and versions.current_version(
-            mirror, bundle) is not None:
-        against = "current"
-    old = load_side(mirror, bundle, against, policy) if against is not None else None
     in_mirror = side.version is not None and side.label == f"{bundle} v{side.version}"
+    if against is None and in_mirror and side.version is not None and side.version > 1:
+        against = (_last_approved(mirror, bundle, side.version, policy) if policy
+                   else str(side.version - 1))
+    elif against is None and not in_mirror and versions.current_version(mirror, bundle):
+        against = "current"  # the working record before sign, a transfer set before import
+    old = load_side(mirror, bundle, against, policy) if against is not None else None
     approval = approval_status(mirror, bundle, policy, version=side.version) \
         if policy is not None and in_mirror else None
     log = mirror.read_bundle_file(bundle, "attestations.jsonl")
