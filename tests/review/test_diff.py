@@ -78,8 +78,8 @@ def test_transfer_set_before_import_and_trust(v: Versions, tmp_path: Path) -> No
     rep = diff_bundle(v.mirror, "pair", "1", str(out), policy=load_policy(v.policy_path))
     assert rep.new.label == "transfer set set" and rep.new.version == 2
     assert "speculative.num_speculative_tokens" in _by_path(rep)
-    man = [s for s in rep.new.signatures if s["what"] == "manifest"]
-    assert man and man[0]["key"] == "release" and man[0]["verified"] is True
+    man = [s for s in rep.new.signatures if s.what == "manifest"]
+    assert man and man[0].key == "release" and man[0].verified is True
 
 
 def test_tampered_transfer_set_is_refused_under_trust(
@@ -95,7 +95,7 @@ def test_tampered_transfer_set_is_refused_under_trust(
     # without a policy nothing is trusted: the diff still shows it, signatures unchecked
     rep = diff_bundle(v.mirror, "pair", "1", str(out))
     assert rep.new.note == "scan report differs from the one the manifest signs"
-    assert {s["verified"] for s in rep.new.signatures} == {None}
+    assert {s.verified for s in rep.new.signatures} == {None}
 
 
 def test_cli_json_schema_and_exit_7(v: Versions, capsys: pytest.CaptureFixture[str]) -> None:

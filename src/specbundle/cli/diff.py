@@ -25,8 +25,8 @@ def mark(c: Change) -> Text:
 
 def print_signatures(side: SideSummary) -> None:
     """The signatures one side carries and what each covers."""
-    rows = [[s["what"], s["covers"], s["key"] or s["keyid"][:16],
-             {True: "verified", False: "NOT verified", None: "unchecked"}[s["verified"]]]
+    rows = [[s.what, s.covers, s.key or s.keyid[:16],
+             {True: "verified", False: "NOT verified", None: "unchecked"}[s.verified]]
             for s in side.signatures]
     print_table(f"signatures of {side.label}", ["on", "covers", "key", "status"],
                 rows or [["-", "-", "none", "-"]])

@@ -67,7 +67,7 @@ class SideSummary:
     scan_blocked: bool | None
     scan_counts: dict[str, int]
     note: str | None
-    signatures: list[dict[str, Any]]
+    signatures: list[SignatureClaim]
 
 
 @dataclass(frozen=True)
@@ -267,11 +267,9 @@ def _signature_changes(a: tuple[SignatureClaim, ...], b: tuple[SignatureClaim, .
 
 
 def _summary(s: Side) -> SideSummary:
-    sigs = [{"what": c.what, "covers": c.covers, "keyid": c.keyid, "key": c.key,
-             "verified": c.verified} for c in s.signatures]
     return SideSummary(s.label, s.name, s.version, s.manifest_digest, s.created,
                        s.scan.blocked if s.scan else None, s.scan.counts() if s.scan else {},
-                       s.scan_note, sigs)
+                       s.scan_note, list(s.signatures))
 
 
 def _safe(c: Change) -> Change:
