@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 
 from specbundle.review import DiffReport, diff_bundle, diff_schema
+from specbundle.review.diff import _spec_changes
 from specbundle.transfer import export_bundle
 from specbundle.verify import load_policy
 from tests.clihelp import run_cli
@@ -118,3 +119,20 @@ def test_cli_json_schema_and_exit_7(v: Versions, capsys: pytest.CaptureFixture[s
 
 def test_published_schema_is_generated() -> None:
     assert json.loads(SCHEMA.read_text()) == diff_schema()
+
+
+@pytest.mark.parametrize(("path", "before", "after", "says"), [
+    ("admission.min_throughput_ratio_lower_bound", "1.05", "1.2", "tightens the gate"),
+    ("admission.max_concurrency_ceiling_drop", "0.1", "0.25", "loosens the gate"),
+    ("admission.max_engine_errors", "2", "0", "tightens the gate"),
+    ("admission.require_alpha_above_c", "true", "false", "loosens the gate"),
+    ("bench.rounds", "4", "2", ""),
+])
+def test_threshold_direction(path: str, before: str, after: str, says: str) -> None:
+    (c,) = _spec_changes({"x": 0} | _nested(path, before), {"x": 0} | _nested(path, after))
+    assert c.note == says and c.gate and not c.runtime
+
+
+def _nested(path: str, value: str) -> dict[str, object]:
+    head, _, leaf = path.partition(".")
+    return {head: {leaf: json.loads(value)}}

@@ -32,7 +32,8 @@ __all__ = ["command"]
 def command(bundle: str, out: Path, version: str, against: str | None, trust: Path | None,
             mirror_dir: Path | None, as_json: bool) -> None:
     """Write one offline HTML page: the decision first, then the diff, findings with
-    evidence, provenance and the approval table. Reads only; exit 0 whatever it shows."""
+    evidence, provenance and the approval table. Changes nothing in the mirror; exit 0
+    whatever the page shows."""
     policy = load_policy(trust) if trust is not None else None
     rev = build_review(open_mirror(mirror_dir), bundle, version=version, against=against,
                        policy=policy)
