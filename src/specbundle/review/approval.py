@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from specbundle.attest import Envelope, check_statement, open_model_sig, parse_statement
+from specbundle.attest import (
+    Envelope,
+    check_statement,
+    open_model_sig,
+    parse_statement,
+    read_attestations,
+)
 from specbundle.attest.manifest import BundleManifest, parse_manifest
 from specbundle.errors import VerificationError
 from specbundle.mirror import Mirror, versions
@@ -139,8 +145,6 @@ def _model_sig_req(mirror: Mirror, policy: TrustPolicy, man: BundleManifest, rol
 def _statement_reqs(mirror: Mirror, policy: TrustPolicy, man: BundleManifest,
                     arts: list[ArtifactRef], revoked: Mapping[str, str], now: datetime
                     ) -> list[Requirement]:
-    from specbundle.attest import read_attestations  # the log reader, local like verify's
-
     stmts = []
     for env in read_attestations(mirror, man.bundle, problems=[]):
         try:

@@ -25,6 +25,7 @@ from specbundle.mirror.versions import SCAN_REPORT, manifest_rel, version_rel
 from specbundle.record import BundleRecord
 from specbundle.scan.findings import ScanReport
 from specbundle.strict import MalformedDocument, loads_json, read_bounded
+from specbundle.transfer import read_index
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = ["COVERS", "Side", "SignatureClaim", "load_side"]
@@ -202,8 +203,6 @@ def _version(ref: str, current: int, name: str) -> int:
 
 def _transfer_side(folder: Path, policy: TrustPolicy | None) -> Side:
     """The version a transfer set carries; its index is verified when a policy is given."""
-    from specbundle.transfer import read_index  # the isolated side's reader, only when asked
-
     bundle = folder / "bundle"
     signed: dict[str, str] | None = None
     if policy is not None:  # then every file read must be the one the signed index names
