@@ -7,7 +7,6 @@ from typing import Any, TypeVar
 
 import click
 
-from specbundle.cli._approval import approval_or_none, print_approval
 from specbundle.cli._keyopts import hash_progress
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, err_console, print_json, print_table
@@ -62,7 +61,12 @@ def _record(mirror: Mirror, report: VerificationReport) -> None:
 
 def _report_failure(mirror: Mirror, bundle: str, policy: TrustPolicy,
                     err: BundleVerificationFailed, as_json: bool) -> None:
-    """The problems, then the approval status: exit 3 always says who still must sign."""
+    """The problems, then the approval status: exit 3 always says who still must sign.
+
+    The approval reader loads on failure only: render, bench and admit import this module.
+    """
+    from specbundle.cli._approval import approval_or_none, print_approval
+
     approval = approval_or_none(mirror, bundle, policy)
     if as_json:
         doc = err.report.to_json()
