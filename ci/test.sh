@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The test command the README gives: lint, then the suite. Isolated-side stages (verify, render,
-# bench, admit, audit, demo) run inside a network namespace with only loopback (`unshare -rn`),
-# which proves they never touch the network; the connected side (pull, scan, sign, images) runs
-# normally against loopback servers the tests start. Components the suite needs beyond pip
-# (browser, HSM, Docker, SGLang, registry, vLLM) come from ci/setup.sh; tests whose component is
-# missing skip, and the closing lines say how many and how to install them.
+# bench, admit, audit, review, demo) run inside a network namespace with only loopback
+# (`unshare -rn`), which proves they never touch the network; the connected side (pull, scan,
+# sign, images) runs normally against loopback servers the tests start. Components the suite
+# needs beyond pip (browser, HSM, Docker, SGLang, registry, vLLM) come from ci/setup.sh; tests
+# whose component is missing skip, and the closing lines say how many and how to install them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . ci/timing.sh
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 timed "lint (ruff, mypy --strict)" bash ci/lint.sh
 
 isolated=()
-for d in tests/verify tests/render tests/bench tests/admit tests/audit tests/demo; do
+for d in tests/verify tests/render tests/bench tests/admit tests/audit tests/review tests/demo; do
   [ -d "$d" ] && isolated+=("$d")
 done
 connected=()

@@ -15,6 +15,7 @@ from specbundle.errors import BundleNotFound, MirrorError, SpecbundleError, Usag
 from specbundle.mirror import Mirror
 from specbundle.verify import (
     BundleVerificationFailed,
+    TrustPolicy,
     VerificationReport,
     load_policy,
     record_verification,
@@ -65,6 +66,29 @@ def _record(mirror: Mirror, report: VerificationReport) -> None:
         err_console.print(f"warning: verification not logged in the mirror's event log: {err}")
 
 
+def _report_failure(mirror: Mirror, bundle: str, policy: TrustPolicy,
+                    err: BundleVerificationFailed, as_json: bool) -> None:
+    """The problems, then the approval status: exit 3 always says who still must sign.
+
+    The approval reader loads on failure only: render, bench and admit import this module.
+    """
+    from specbundle.cli._approval import approval_or_none, print_approval
+
+    approval = approval_or_none(mirror, bundle, policy)
+    if as_json:
+        doc = err.report.to_json()
+        if approval is not None:
+            doc["approval"] = approval.to_json()
+        print_json(doc)
+        return
+    print_table(f"{bundle}: verification FAILED", ["problem", "subject", "detail",
+                                                   "expected", "actual"],
+                [[p.kind, p.subject, p.message, p.expected, p.actual]
+                 for p in err.report.problems])
+    if approval is not None:
+        print_approval(approval)
+
+
 @click.command("verify")
 @click.argument("bundle")
 @click.option("--trust", "trust", required=True,
@@ -86,13 +110,7 @@ def command(bundle: str, trust: Path, mirror_dir: Path | None, as_json: bool) ->
             res = verify_bundle(mirror, bundle, policy, progress=progress)
     except BundleVerificationFailed as err:
         _record(mirror, err.report)
-        if as_json:
-            print_json(err.report.to_json())
-        else:
-            print_table(f"{bundle}: verification FAILED", ["problem", "subject", "detail",
-                                                           "expected", "actual"],
-                        [[p.kind, p.subject, p.message, p.expected, p.actual]
-                         for p in err.report.problems])
+        _report_failure(mirror, bundle, policy, err, as_json)
         raise
     _record(mirror, res.report)
     if as_json:
