@@ -69,7 +69,7 @@ def test_new_file_and_changed_template(v: Versions) -> None:
     new = paths["target:added_tokens.json"]
     assert new.kind == "added" and new.runtime and "tokenizer" in new.note  # type: ignore[attr-defined]
     tpl = paths["target:tokenizer_config.json"]
-    assert "chat template changed" in tpl.note and tpl.runtime  # type: ignore[attr-defined]
+    assert tpl.note == "chat template changed" and tpl.runtime  # type: ignore[attr-defined]
 
 
 def test_transfer_set_before_import_and_trust(v: Versions, tmp_path: Path) -> None:

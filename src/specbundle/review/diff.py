@@ -170,15 +170,28 @@ def _file_note(role: str, path: str, before: FileEntry | None, after: FileEntry 
     return "; ".join(notes)
 
 
-def _chat_template(side: Side, f: FileEntry) -> str | None:
-    """The chat template inside a ``tokenizer_config.json``, when its bytes are at hand."""
+def _split_config(side: Side, f: FileEntry) -> tuple[str, str] | None:
+    """(chat template, every other setting) of a ``tokenizer_config.json``, as JSON text,
+    when its bytes are at hand and still hash to the recorded digest."""
     data = read_limited(side, f.sha256)
     try:
         doc = loads_json(data, what=f.path) if data is not None else None
     except MalformedDocument:
         return None
-    tpl = doc.get("chat_template") if isinstance(doc, dict) else None
-    return json.dumps(tpl, sort_keys=True) if tpl is not None else ""
+    if not isinstance(doc, dict):
+        return None
+    tpl = doc.pop("chat_template", None)
+    return json.dumps(tpl, sort_keys=True), json.dumps(doc, sort_keys=True)
+
+
+def _config_note(old: Side, new: Side, x: FileEntry, y: FileEntry) -> str | None:
+    """Which part of a changed ``tokenizer_config.json`` moved; None when unreadable."""
+    a, b = _split_config(old, x), _split_config(new, y)
+    if a is None or b is None:
+        return None
+    parts = [what for what, i in (("tokenizer changed", 1), ("chat template changed", 0))
+             if a[i] != b[i]]
+    return "; ".join(parts) or "formatting only"
 
 
 def _artifact_changes(role: str, a: ArtifactRecord | None, b: ArtifactRecord | None,
@@ -202,9 +215,7 @@ def _artifact_changes(role: str, a: ArtifactRecord | None, b: ArtifactRecord | N
         info = p.rpartition("/")[2].startswith(_INFO_FILES) or p.endswith(".md")
         note = _file_note(role, p, x, y)
         if x and y and p.rpartition("/")[2] == "tokenizer_config.json":
-            ta, tb = _chat_template(old, x), _chat_template(new, y)
-            if ta is not None and tb is not None and ta != tb:
-                note = "tokenizer changed; chat template changed"
+            note = _config_note(old, new, x, y) or note
         out.append(Change("file", f"{role}:{p}", kind, _file_text(x) if x else None,
                           _file_text(y) if y else None, not info, not info, note))
     return out
