@@ -88,8 +88,10 @@ def _claims(env: Envelope, what: str, covers: str, policy: TrustPolicy | None
     for fp in sorted(cs.signers):
         key = policy.key(fp)
         out.append(SignatureClaim(what, covers, fp, key.name if key else None, True))
+    # a valid signature may carry no (or another) keyid hint: only the surplus is unverified
+    unverified = [s for s in env.signatures if (s.keyid or "") not in cs.signers]
     out += [SignatureClaim(what, covers, ids.printable(s.keyid or "?")[:64], None, False)
-            for s in env.signatures if (s.keyid or "") not in cs.signers]
+            for s in unverified[:max(0, len(env.signatures) - len(cs.signers))]]
     return out
 
 
@@ -103,7 +105,7 @@ def _envelope(data: bytes, what: str) -> Envelope:
 def _attestation_claims(raw: bytes | None, roots: Mapping[str, str],
                         policy: TrustPolicy | None) -> list[SignatureClaim]:
     """Claims of the log's statements that name one of this version's artifact roots."""
-    out: list[SignatureClaim] = []
+    out: dict[SignatureClaim, None] = {}  # each sign run repeats them: list each claim once
     for line in (raw or b"").splitlines():
         if not line.strip():
             continue
@@ -118,10 +120,8 @@ def _attestation_claims(raw: bytes | None, roots: Mapping[str, str],
         named = "+".join(r for r in ("target", "draft") if roots.get(r) in st.digests("sha256"))
         covers = COVERS.get(kind, "artifacts")
         covers = f"{covers} ({named})" if covers.startswith("artifacts") else covers
-        for c in _claims(env, kind, covers, policy):
-            if c not in out:  # each sign run repeats the statements: list each claim once
-                out.append(c)
-    return out
+        out.update(dict.fromkeys(_claims(env, kind, covers, policy)))
+    return list(out)
 
 
 def _scan(raw: bytes | None, signed: str | None) -> tuple[ScanReport | None, str | None]:
