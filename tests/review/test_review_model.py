@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from specbundle.pull import pull_bundle
@@ -51,3 +52,17 @@ def test_another_bundle_and_hidden_characters(tmp_path: Path) -> None:
     desc = paths["metadata.description"].after
     assert desc is not None and "\x1b" not in desc and "\u202e" not in desc
     assert paths["speculative.num_speculative_tokens"].runtime
+
+
+def test_stored_bench_verdict_shows_until_admitted(tmp_path: Path) -> None:
+    v = Versions(tmp_path)
+    v.sign()
+    v.mirror.write_bundle_file("pair", "bench/run1/report.json", json.dumps({
+        "run_id": "run1", "engine": "llamacpp", "created": "2026-12-01T00:00:00Z",
+        "verdict": {"outcome": "wins", "headline": "speculation wins: 1.4x at P95"}}).encode())
+    v.mirror.write_bundle_file("pair", "bench/broken/report.json", b"{not json")
+    r = build_review(v.mirror, "pair")
+    assert [b["run_id"] for b in r.bench] == ["run1"]
+    bench = {d.topic: d for d in r.decisions}["benchmark"]
+    assert "1.4x at P95" in bench.text and bench.tone == "attention"
+    assert "speculation wins: 1.4x at P95" in render_review_html(r)

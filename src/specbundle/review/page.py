@@ -18,7 +18,6 @@ import jinja2
 
 from specbundle import __version__
 from specbundle.attest import SLSA_VSA_V1, Envelope, check_statement, parse_statement
-from specbundle.bench.report import BenchReport
 from specbundle.digest import sha256_bytes
 from specbundle.errors import SpecbundleError
 from specbundle.mirror import Mirror, utc_now, versions
@@ -142,21 +141,26 @@ def _admissions(raw: bytes | None, side: Side, policy: TrustPolicy | None
 
 
 def _bench_runs(mirror: Mirror, bundle: str) -> list[dict[str, Any]]:
-    """Stored benchmark reports (unsigned unless an admission bound their digest)."""
+    """Stored benchmark reports' verdicts (unsigned unless an admission bound their digest).
+
+    Read as plain JSON for the few fields shown: the page never loads the benchmark stack.
+    """
     out = []
     root = mirror.bundle_dir(bundle) / "bench"
     for path in sorted(root.glob("*/report.json")) if root.is_dir() else []:
         try:
             data = path.read_bytes()
-            rep = BenchReport.from_json(loads_json(data, what="bench report"))
-        except (OSError, MalformedDocument, ValueError):
+            doc = loads_json(data, what="bench report")
+        except (OSError, MalformedDocument):
             continue
-        v = rep.verdict
-        out.append({"run_id": rep.run_id, "engine": rep.engine, "created": rep.created,
-                    "headline": v.headline if v else "no verdict recorded",
-                    "outcome": v.outcome if v else "unmeasured",
-                    "sha256": sha256_bytes(data)})
-    return sorted(out, key=lambda r: str(r["created"]))
+        if not isinstance(doc, dict):
+            continue
+        verdict = doc.get("verdict")
+        v: dict[str, Any] = verdict if isinstance(verdict, dict) else {}
+        out.append({k: str(doc.get(k, "-")) for k in ("run_id", "engine", "created")} | {
+            "headline": str(v.get("headline", "no verdict recorded")),
+            "outcome": str(v.get("outcome", "unmeasured")), "sha256": sha256_bytes(data)})
+    return sorted(out, key=lambda r: r["created"])
 
 
 def _last_approved(mirror: Mirror, bundle: str, version: int, policy: TrustPolicy) -> str:
