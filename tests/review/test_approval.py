@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,15 @@ def test_verify_exit_3_says_what_is_missing(
     assert code == 3 and doc["ok"] is False and doc["approval"]["satisfied"] is False
     assert {r["kind"] for r in doc["approval"]["requirements"] if not r["satisfied"]} == {
         "manifest", "pair-binding", "scan-result"}
+
+
+def test_stale_signature_is_named_not_counted(tmp_path: Path) -> None:
+    v = Versions(tmp_path)
+    v.sign()
+    doc = policy_doc({"release": v.key})
+    doc["require"] = {"pair-binding": {"threshold": 1, "max_age": "30d"}}
+    st = approval_status(v.mirror, "pair", load_policy(write_policy(tmp_path / "age.yaml", doc)),
+                         now=datetime.now(UTC) + timedelta(days=31))
+    (pair,) = [r for r in st.requirements if r.kind == "pair-binding" and "target" in r.subject]
+    assert pair.signed == [] and pair.not_counted == ["release (older than max_age)"]
+    assert pair.missing == ["release"] and not st.satisfied
