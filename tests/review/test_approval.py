@@ -11,7 +11,7 @@ import pytest
 from specbundle import attest
 from specbundle.review import approval_status
 from specbundle.sign import sign_bundle
-from specbundle.verify import load_policy
+from specbundle.verify import BundleVerificationFailed, load_policy, verify_bundle
 from tests.clihelp import run_cli
 from tests.review.builders import Versions
 from tests.sign.helpers import policy_doc, write_policy
@@ -80,3 +80,25 @@ def test_stale_signature_is_named_not_counted(tmp_path: Path) -> None:
     (pair,) = [r for r in st.requirements if r.kind == "pair-binding" and "target" in r.subject]
     assert pair.signed == [] and pair.not_counted == ["release (older than max_age)"]
     assert pair.missing == ["release"] and not st.satisfied
+
+
+def test_designated_approvers_must_sign_the_manifest_and_this_spec(tmp_path: Path) -> None:
+    """v1 approved by release and security; v2 (another K) signed by release only: security's
+    old pair binding approves another spec, and security has not signed the v2 manifest."""
+    v = Versions(tmp_path)
+    security = attest.generate_key("ecdsa-p256")
+    v.sign()
+    sign_bundle(v.mirror, "pair", [v.key, security])  # v2: same spec, both approvers
+    v.sign(k=7)  # v3: K changed, release alone
+    doc = policy_doc({"release": v.key, "security": security})
+    doc["require"] = {"pair-binding": {"threshold": 2, "signers": ["release", "security"]}}
+    policy = load_policy(write_policy(tmp_path / "p.yaml", doc))
+    st = approval_status(v.mirror, "pair", policy)
+    with pytest.raises(BundleVerificationFailed):  # the one verifier agrees
+        verify_bundle(v.mirror, "pair", policy)
+    by = {(r.kind, r.subject.split()[0]): r for r in st.requirements}
+    designated = by[("manifest", "pair-binding")]
+    assert designated.signed == ["release"] and designated.missing == ["security"]
+    pair = by[("pair-binding", "target")]
+    assert pair.signed == ["release"] and pair.missing == ["security"]
+    assert pair.not_counted == ["security (approves another spec)"]

@@ -17,7 +17,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from specbundle.attest import (
+    PAIR_BINDING_V1,
+    SCAN_RESULT,
+    SLSA_VSA_V1,
     Envelope,
+    Statement,
     check_statement,
     open_model_sig,
     parse_statement,
@@ -142,6 +146,48 @@ def _model_sig_req(mirror: Mirror, policy: TrustPolicy, man: BundleManifest, rol
                        sorted(_name(policy, f) for f in eligible - signed))
 
 
+def _designated_reqs(policy: TrustPolicy, man: BundleManifest, env: Envelope,
+                     revoked: Mapping[str, str]) -> list[Requirement]:
+    """Requirements whose policy names its approvers (``signers:``): they must also sign the
+    manifest itself, so the spec (K, thresholds, engine arguments) changes only with them."""
+    signers = check_statement(env, policy.public_keys).signers
+    out = []
+    for req in policy.requirements:
+        if not req.designated:
+            continue
+        eligible = {k.fingerprint for k in policy.keys if k.fingerprint in req.signers
+                    and k.may_sign_all(man.repos, man.bundle) and k.fingerprint not in revoked}
+        out.append(Requirement(
+            "manifest", f"{req.kind} approvers, bundle {man.bundle} v{man.version}",
+            COVERS["manifest"], req.threshold, sorted(_name(policy, f) for f in signers & eligible),
+            [], sorted(_name(policy, f) for f in eligible - signers)))
+    return out
+
+
+def _why_not(st: Statement, man: BundleManifest, art: ArtifactRef) -> str | None:
+    """Why a statement naming this artifact still does not approve this version."""
+    if art.commit not in st.digests("gitCommit") | st.digests("specbundleContentCommit"):
+        return "names another commit"
+    p, named = st.predicate, None
+    if st.predicate_type == PAIR_BINDING_V1:
+        if p.get("bundle") != man.bundle:
+            return "for another bundle"
+        named = p.get("specSha256")
+    elif st.predicate_type == SCAN_RESULT:
+        raw = p.get("specbundle_scan")
+        sc: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+        if man.scan_report_sha256 and sc.get("reportSha256") != man.scan_report_sha256:
+            return "names another scan report"
+        if p.get("result") not in ("PASSED", "WARNED"):
+            return f"scan result {p.get('result')!r}"
+        named = sc.get("specSha256")
+    elif st.predicate_type == SLSA_VSA_V1 and p.get("verificationResult") != "PASSED":
+        return f"decision {p.get('verificationResult')!r}"
+    if named is not None and man.spec_sha256 and named != man.spec_sha256:
+        return "approves another spec"
+    return None
+
+
 def _statement_reqs(mirror: Mirror, policy: TrustPolicy, man: BundleManifest,
                     arts: list[ArtifactRef], revoked: Mapping[str, str], now: datetime
                     ) -> list[Requirement]:
@@ -165,10 +211,16 @@ def _statement_reqs(mirror: Mirror, policy: TrustPolicy, man: BundleManifest,
                 if st.predicate_type != req.predicate_type or art.root not in st.digests(
                         "sha256"):
                     continue
+                why = _why_not(st, man, art)
+                if why is not None:
+                    for fp in cs.signers - fresh:
+                        other[fp] = why
+                    continue
                 old = req.max_age is not None and (st.time is None or now - st.time > req.max_age)
                 for fp in cs.signers:
                     if fp in eligible and not old:
                         fresh.add(fp)
+                        other.pop(fp, None)
                     elif fp not in fresh:
                         other[fp] = ("older than max_age" if old and fp in eligible
                                      else revoked.get(fp, "not an eligible signer"))
@@ -189,7 +241,7 @@ def approval_status(mirror: Mirror, bundle: str, policy: TrustPolicy, *,
         return ApprovalStatus(bundle, version, policy.digest, [], got)
     man, env = got
     revoked = revoked_fingerprints(mirror, policy)
-    reqs = [_manifest_req(policy, man, env, revoked)]
+    reqs = [_manifest_req(policy, man, env, revoked), *_designated_reqs(policy, man, env, revoked)]
     reqs += [_model_sig_req(mirror, policy, man, a.role, a.repo, revoked)
              for a in man.record.artifacts]
     arts = [ArtifactRef(a.role, a.repo, a.commit, man.roots[a.role])
