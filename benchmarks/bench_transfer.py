@@ -111,7 +111,7 @@ def main() -> None:
         def do_import() -> None:
             shutil.rmtree(scratch, ignore_errors=True)
             res = import_bundle(set_dir, Mirror.open(scratch, create=True), policy)
-            rep = res.verified.report if res.verified else None
+            rep = res.verification
             if rep is None or rep.bytes_hashed_on_write != rep.bytes_checked:
                 raise SystemExit("import re-read staged bytes: the single pass is broken")
 

@@ -314,3 +314,21 @@ def test_error_messages_never_carry_terminal_controls(
     good = tmp_path / "plain-missing-dir"
     code, _, err = run_cli(capsys, "scan", "--path", str(good), "--no-second-opinions")
     assert code == 2 and f"{good} is not a directory" in err
+
+
+@pytest.mark.parametrize("stage", ["bench", "tune"])
+def test_isolated_stages_need_trust_or_an_explicit_unsigned(
+        tmp_path: Path, mirror: Mirror, capsys: pytest.CaptureFixture[str], stage: str) -> None:
+    """No stage acts on a bundle by name alone: --trust (verified) or --unsigned (said so)."""
+    from specbundle.attest import generate_key
+    from tests.sign.helpers import key_files
+
+    extra = ["--key", str(key_files(tmp_path, generate_key("ecdsa-p256"), "k")[0])] \
+        if stage == "tune" else []
+    code, out, err = run_cli(capsys, stage, "llama-pair", "--mirror", str(mirror.root),
+                             *extra, "--json")
+    assert code == 2 and "pass --trust" in err and "--unsigned" in err
+    assert _error_doc(out)["exit_code"] == 2
+    code, _, err = run_cli(capsys, stage, "llama-pair", "--mirror", str(mirror.root), *extra,
+                           "--trust", str(tmp_path / "missing.yaml"))
+    assert code == 2 and "cannot read trust policy" in err

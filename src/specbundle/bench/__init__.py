@@ -5,7 +5,8 @@ speculation; same binary, prompts, concurrency, greedy and fixed length), interl
 ABBA rounds, reads acceptance as counter deltas over the measured windows, measures the
 draft's cost c by serving it alone, and writes a versioned report::
 
-    report = run_bench(mirror, "my-bundle", engine="llamacpp", options=BenchOptions())
+    bundle = verify_bundle(mirror, "my-bundle", policy)  # or read_unsigned (connected side)
+    report = run_bench(bundle, engine="llamacpp", options=BenchOptions())
     report.at_p95.ratio.low, report.at_p95.acceptance.alpha, report.at_p95.c_measured
 
 Modules: ``interface`` (transport + engine adapter protocols), ``client`` (aiohttp

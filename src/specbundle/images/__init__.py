@@ -4,9 +4,10 @@ Connected side: :func:`save_images` resolves each engine image the bundle spec n
 image ID and registry digest), ``docker save``-s it into the mirror as a content-addressed
 object and records it at ``bundles/<name>/images/<engine>.json``; the digests of the archive
 and of the record join the bundle record's ``extra_blobs`` (kept by gc, carried and signed
-by the transfer index on export). Isolated side: :func:`load_images` refuses any archive that
-the signed transfer index (or, without a policy, the bundle record) does not list, or whose
-digest, image ID or layers differ from its record, before ``docker load``.
+by the transfer index on export). Isolated side: :func:`load_images` takes the bundle value
+and refuses any archive that the records of its signed version (or, read unsigned, the
+bundle record) do not name, or whose digest, image ID or layers differ from its record,
+before ``docker load``.
 :func:`serve_container` (a rendered command) and :func:`run_container` (a raw argv) start an
 engine from the loaded image for ``specbundle bench --runtime docker`` and always stop and
 remove it, also on Ctrl-C.

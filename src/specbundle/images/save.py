@@ -4,7 +4,8 @@
 renamed into the object store, so a crash leaves no half archive visible. The record is
 written after the object, then the digests of the archive and of the canonical record are
 added to the bundle's ``extra_blobs``: gc keeps them and ``specbundle export`` carries them,
-listed by digest in the signed transfer index that ``images load`` checks. Save before export.
+and ``specbundle sign`` stores the record with the version it signs, which is what
+``images load --trust`` reads. Save before signing.
 """
 
 from __future__ import annotations
