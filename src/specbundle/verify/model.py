@@ -11,7 +11,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specbundle.attest import OmsManifest, PublicKey, open_model_sig
+from specbundle.attest import (
+    CertIdentity,
+    ChainTrust,
+    OmsManifest,
+    PublicKey,
+    open_model_sig,
+    open_model_sig_chain,
+)
 from specbundle.attest.modeldir import ModelTree, hash_model_tree, scan_model_dir
 from specbundle.errors import VerificationError
 from specbundle.verify.diff import Problem, diff_files
@@ -26,6 +33,7 @@ class ModelVerification:
     model_dir: Path
     manifest: OmsManifest
     signer: str
+    identity: CertIdentity | None = None  # the certificate method's verified signer
 
 
 class ModelVerificationFailed(VerificationError):
@@ -38,12 +46,15 @@ class ModelVerificationFailed(VerificationError):
 
 
 def verify_model(
-    model_dir: Path, public: PublicKey, *, signature: Path | None = None,
+    model_dir: Path, public: PublicKey | ChainTrust, *, signature: Path | None = None,
     ignore_paths: Iterable[str | Path] = (), ignore_git_paths: bool = True,
     ignore_unsigned_files: bool = False, allow_symlinks: bool = False,
     workers: int | None = None, progress: Callable[[int], None] | None = None,
 ) -> ModelVerification:
     """Check ``model_dir`` against its ``model.sig``, re-hashing every file in parallel.
+
+    ``public`` is the signer's key (OMS key method) or the anchors its certificate chain
+    must validate against (certificate method; validated now, the signature has no time).
 
     Raises:
         ModelVerificationFailed: files missing, extra, changed, or refused (symlinks).
@@ -54,7 +65,12 @@ def verify_model(
         data = sig.read_bytes()
     except OSError as err:
         raise VerificationError(f"cannot read signature {sig}: {err.strerror}") from err
-    manifest = open_model_sig(data, public)
+    identity: CertIdentity | None = None
+    if isinstance(public, ChainTrust):
+        manifest, identity = open_model_sig_chain(data, public)
+        signer = identity.public.fingerprint
+    else:
+        manifest, signer = open_model_sig(data, public), public.fingerprint
     tree = scan_model_dir(model_dir, ignore_paths=ignore_paths, ignore_git_paths=ignore_git_paths,
                           allow_symlinks=allow_symlinks, signature=sig,
                           extra_ignored=manifest.ignore_paths)
@@ -73,4 +89,4 @@ def verify_model(
                                      if k not in refused_names}, actual)
     if problems:
         raise ModelVerificationFailed(model_dir, problems)
-    return ModelVerification(model_dir, manifest, public.fingerprint)
+    return ModelVerification(model_dir, manifest, signer, identity)
