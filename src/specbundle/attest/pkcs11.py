@@ -190,7 +190,12 @@ def load_token_key(uri_text: str) -> SigningKey:
         if not chosen:
             raise EnvironmentProblem(f"no PKCS#11 token labelled {want!r} in {module}")
         session = lib.openSession(chosen[0], PyKCS11.CKF_SERIAL_SESSION)
-        session.login(_pin(uri))
+        try:
+            session.login(_pin(uri))
+        except PyKCS11.PyKCS11Error as err:
+            # login is per token and process: a second key of the same token is already in
+            if err.value != PyKCS11.CKR_USER_ALREADY_LOGGED_IN:
+                raise
         keys = _find(session, PyKCS11, PyKCS11.CKO_PRIVATE_KEY, uri)
         pubs = _find(session, PyKCS11, PyKCS11.CKO_PUBLIC_KEY, uri)
         if len(keys) != 1 or len(pubs) != 1:
