@@ -189,6 +189,12 @@ def _require_code_signing(_policy: object, _cert: x509.Certificate,
         raise ValueError("the leaf certificate lacks the code-signing extended key usage")
 
 
+def _require_digital_signature(_policy: object, _cert: x509.Certificate,
+                               ext: x509.KeyUsage | None) -> None:
+    if ext is not None and not ext.digital_signature:
+        raise ValueError("the leaf certificate's key usage does not allow digital signatures")
+
+
 def _validation_time(leaf: x509.Certificate, at: datetime) -> datetime:
     """``at`` moved into the leaf's validity when it is out by no more than the skew."""
     start, end = leaf.not_valid_before_utc, leaf.not_valid_after_utc
@@ -250,8 +256,13 @@ def verify_chain(chain: tuple[x509.Certificate, ...], trust: ChainTrust,
     when = at or datetime.now(UTC)
     leaf = chain[0]
     t = _validation_time(leaf, when)
-    ee = ExtensionPolicy.webpki_defaults_ee().may_be_present(
-        x509.SubjectAlternativeName, Criticality.AGNOSTIC, None)
+    # RFC 5280 leaf rules, except: SAN is optional (signers are people and services, not
+    # hosts), and basicConstraints cA is tolerated on the leaf, as the reference verifier
+    # (OpenSSL) and its published test certificates do; the leaf must still chain to an anchor
+    ee = (ExtensionPolicy.webpki_defaults_ee()
+          .may_be_present(x509.SubjectAlternativeName, Criticality.AGNOSTIC, None)
+          .may_be_present(x509.BasicConstraints, Criticality.AGNOSTIC, None)
+          .may_be_present(x509.KeyUsage, Criticality.AGNOSTIC, _require_digital_signature))
     if trust.code_signing:
         ee = ee.require_present(x509.ExtendedKeyUsage, Criticality.AGNOSTIC,
                                 _require_code_signing)

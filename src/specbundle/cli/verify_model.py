@@ -2,7 +2,8 @@
 
 ``--cert-chain CA.pem`` (repeatable, the reference tool's name) verifies a certificate-method
 signature instead: the chain it carries must lead to one of these anchors (now, offline;
-``--crl`` files for revocation).
+``--crl`` files for revocation); ``--identity``/``--identity-provider`` (and a pinned
+``--trusted-root``) verify a Sigstore-signed one, offline.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import click
 
 from specbundle.attest import ChainTrust, PublicKey, load_certificates, load_crls, load_public_key
+from specbundle.attest.sigstore_oms import SigstoreTrust
 from specbundle.cli._keyopts import hash_progress
 from specbundle.cli._options import json_option
 from specbundle.cli._output import console, print_json
@@ -32,6 +34,14 @@ __all__ = ["command"]
 @click.option("--crl", "crls", multiple=True,
               type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="CRL file(s) checked for revoked certificates in the chain (repeat).")
+@click.option("--identity", default=None,
+              help="Sigstore method: the signer's certificate identity (email or URI).")
+@click.option("--identity-provider", "--identity_provider", "identity_provider", default=None,
+              help="Sigstore method: the OIDC issuer that vouched for --identity.")
+@click.option("--trusted-root", "--trusted_root", "trusted_root", default=None,
+              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Sigstore method: pinned trusted_root.json (default: the embedded "
+                   "public-good root); verification is offline either way.")
 @click.option("--signature", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The signature to check (default: DIR/model.sig).")
 @click.option("--ignore-paths", "--ignore_paths", "ignore_paths", multiple=True,
@@ -44,15 +54,23 @@ __all__ = ["command"]
               help="Follow symlinks to files (refused by default).")
 @json_option
 def command(model_dir: Path, public_key: Path | None, cert_chain: tuple[Path, ...],
-            crls: tuple[Path, ...], signature: Path | None,
+            crls: tuple[Path, ...], identity: str | None, identity_provider: str | None,
+            trusted_root: Path | None, signature: Path | None,
             ignore_paths: tuple[str, ...], ignore_git_paths: bool, ignore_unsigned_files: bool,
             allow_symlinks: bool, as_json: bool) -> None:
     """Verify MODEL_DIR against its OpenSSF Model Signing signature (exit 3 if it fails)."""
-    if (public_key is None) == (not cert_chain):
-        raise click.UsageError("pass either --public-key (key method) or --cert-chain "
-                               "(certificate method)")
-    pub: PublicKey | ChainTrust
-    if public_key is None:
+    methods = [public_key is not None, bool(cert_chain), identity is not None]
+    if sum(methods) != 1:
+        raise click.UsageError("pass one of --public-key (key method), --cert-chain "
+                               "(certificate method) or --identity (sigstore method)")
+    if (identity is None) != (identity_provider is None) or (
+            trusted_root is not None and identity is None):
+        raise click.UsageError("--identity and --identity-provider go together "
+                               "(and --trusted-root only with them)")
+    pub: PublicKey | ChainTrust | SigstoreTrust
+    if identity is not None and identity_provider is not None:
+        pub = SigstoreTrust(identity, identity_provider, trusted_root)
+    elif public_key is None:
         pub = ChainTrust(load_certificates(cert_chain), load_crls(crls))
     else:
         try:
