@@ -21,6 +21,7 @@
     revoked:                           # keys retired everywhere (verify, import, admit, audit)
       - {fingerprint: <sha256 hex>, reason: "laptop stolen"}
     anchors: [...]                     # certificate roles (CA + identities + CRLs), see anchors.py
+    publishers: [...]                  # publishers' own signatures on pull, see publishers.py
 
 An empty, unreadable or inconsistent policy is a :class:`SpecError`, never "trust all":
 unknown kinds, duplicate keys (also duplicate YAML mapping keys), a fingerprint that does
@@ -44,6 +45,7 @@ from specbundle.digest import sha256_bytes
 from specbundle.errors import SpecbundleError, SpecError
 from specbundle.strict import MalformedDocument, loads_yaml
 from specbundle.verify.anchors import AnchorEntry, TrustedAnchor, build_anchors, in_scope
+from specbundle.verify.publishers import PublisherEntry, PublisherRule, build_publishers
 
 __all__ = ["DEFAULT_REQUIRE", "Requirement", "TrustPolicy", "TrustedAnchor", "TrustedKey",
            "load_policy", "parse_duration", "parse_policy"]
@@ -94,6 +96,7 @@ class _Policy(BaseModel):
     max_age: str | None = None
     revoked: list[_Revoked] = []
     anchors: list[AnchorEntry] = []
+    publishers: list[PublisherEntry] = []
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,7 @@ class TrustPolicy:
     revoked: Mapping[str, str] = field(default_factory=dict)
     anchors: tuple[TrustedAnchor, ...] = ()
     model_signer_anchors: frozenset[str] = frozenset()  # anchor names that may sign model.sig
+    publishers: tuple[PublisherRule, ...] = ()  # checked by pull (specbundle.verify.publishers)
 
     @property
     def model_anchors(self) -> tuple[TrustedAnchor, ...]:
@@ -226,7 +230,8 @@ def _build(p: _Policy, digest: str, source: str, base: Path | None = None) -> Tr
     model_keys, model_anchors = _model_signers(p.model_signers, keys, anchors)
     return TrustPolicy(tuple(keys.values()), model_keys, tuple(reqs), digest, source,
                        {r.fingerprint: f"revoked by the trust policy: {r.reason}"
-                        for r in p.revoked}, anchors, model_anchors)
+                        for r in p.revoked}, anchors, model_anchors,
+                       build_publishers(p.publishers, base))
 
 
 def parse_policy(data: bytes, *, source: str = "<policy>", base: Path | None = None
