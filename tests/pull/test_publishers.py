@@ -9,6 +9,7 @@ import pytest
 
 from specbundle.attest import generate_key
 from specbundle.errors import VerificationError
+from specbundle.localhub import LocalHub, publish_repo
 from specbundle.mirror import Mirror
 from specbundle.pull import pull_bundle
 from specbundle.sign import sign_bundle, sign_model
@@ -17,6 +18,7 @@ from specbundle.spec import load_spec
 from specbundle.verify import load_policy
 from specbundle.verify.publishers import PublisherPolicy
 from tests.clihelp import run_cli
+from tests.pull.conftest import make_model_dir, spec_text
 from tests.sign.helpers import make_model, policy_doc, spec_file, write_policy, write_scan_report
 from tests.sign.pki import Ca, write_pem
 
@@ -113,3 +115,29 @@ def test_malformed_publisher_entry_is_exit_2(tmp_path: Path, entry: dict, field:
     code, _, err = run_cli(capsys, "pull", str(spec), "--mirror", str(tmp_path / "m"),
                            "--trust", str(policy))
     assert code == 2 and field in err, err
+
+
+def test_hub_repo_signed_by_its_publisher(hub: LocalHub, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    src = make_model_dir(tmp_path / "pubsrc", seed=7)
+    sign_model(src, PUB_KEY.with_chain((LEAF, SUB.cert)))
+    good = f"pub/signed-{tmp_path.name[-12:]}"
+    publish_repo(hub.root, good, src)
+    # a second repo: the same signature over other weights (the hub declares their sha256)
+    make_model_dir(src, seed=8)
+    bad = f"pub/swapped-{tmp_path.name[-12:]}"
+    publish_repo(hub.root, bad, src)
+    _, policy, _ = _setup(tmp_path)
+    for repo, expect in ((good, 0), (bad, 3)):
+        spec = tmp_path / f"{expect}.yaml"
+        spec.write_text(spec_text(f"hub{expect}", repo, repo))
+        mirror = tmp_path / f"m{expect}"
+        code, out, err = run_cli(capsys, "pull", str(spec), "--mirror", str(mirror),
+                                 "--endpoint", hub.endpoint, "--trust", str(policy), "--json")
+        assert code == expect, err
+        if expect == 0:
+            art = json.loads(out)["bundle"]["artifacts"]["target"]
+            assert art["publisher"]["identity"] == "models@publisher.example"
+        else:
+            assert "publisher signed" in err
+            assert {p.name for p in mirror.rglob("*") if p.is_file()} == {".lock"}
