@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gc
 import json
-import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,14 +23,12 @@ from tests.sign.helpers import (
     write_policy,
     write_scan_report,
 )
+from tests.sign.hsm import HAVE_SOFTHSM, MODULE, PIN, init_token
 from tests.sign.pki import Ca, write_pem
 
 PyKCS11 = pytest.importorskip("PyKCS11", reason="PyKCS11 (pkcs11 extra) is not installed")
-MODULE = Path("/usr/lib/softhsm/libsofthsm2.so")
-PIN = "4711-test"
-pytestmark = pytest.mark.skipif(
-    not MODULE.exists() or not shutil.which("softhsm2-util") or not shutil.which("pkcs11-tool"),
-    reason="softhsm2 and opensc (Debian) are not installed")
+pytestmark = pytest.mark.skipif(not HAVE_SOFTHSM,
+                                reason="softhsm2 and opensc (Debian) are not installed")
 
 
 @dataclass
@@ -44,20 +40,11 @@ class Token:
 @pytest.fixture
 def token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Token]:
     """A fresh SoftHSM2 token with one P-256 key pair generated inside it."""
-    hsm = tmp_path / "hsm"
-    (hsm / "tokens").mkdir(parents=True)
-    conf = hsm / "softhsm2.conf"
-    conf.write_text(f"directories.tokendir = {hsm / 'tokens'}\nobjectstore.backend = file\n"
-                    "log.level = ERROR\n")
-    monkeypatch.setenv("SOFTHSM2_CONF", str(conf))
-    subprocess.run(["softhsm2-util", "--init-token", "--free", "--label", "release",
-                    "--pin", PIN, "--so-pin", "so-" + PIN], check=True, capture_output=True)
-    subprocess.run(["pkcs11-tool", "--module", str(MODULE), "--token-label", "release",
-                    "--login", "--pin", PIN, "--keypairgen", "--key-type", "EC:prime256v1",
-                    "--label", "signing-key", "--id", "01"], check=True, capture_output=True)
-    monkeypatch.setenv(PIN_ENV, PIN)
+    uri, env = init_token(tmp_path / "hsm")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
     monkeypatch.delenv(MODULE_ENV, raising=False)
-    yield Token(f"pkcs11:token=release;object=signing-key?module-path={MODULE}", hsm)
+    yield Token(uri, tmp_path / "hsm")
     # the module keeps its login (and its configuration) while any session lives in this
     # process; collect them so the next test's token starts logged out
     gc.collect()
