@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from specbundle.attest import generate_key
+from specbundle.audit.collect import artifact_audit
 from specbundle.errors import VerificationError
 from specbundle.localhub import LocalHub, publish_repo
 from specbundle.mirror import Mirror
@@ -62,7 +63,16 @@ def test_signed_repo_is_pulled_and_the_publisher_recorded(tmp_path: Path,
     assert prov["buildDefinition"]["resolvedDependencies"][0]["annotations"]["publisher"][
         "identity"] == "models@publisher.example"
     write_scan_report(mirror, "pair")
-    sign_bundle(mirror, "pair", [generate_key()])  # the record with a publisher signs as usual
+    key = generate_key()
+    sign_bundle(mirror, "pair", [key])  # the record with a publisher signs as usual
+    ours = write_policy(tmp_path / "ours.yaml", policy_doc({"release": key},
+                                                           repos=("org/*", "pub/*")))
+    code, out, err = run_cli(capsys, "verify", "pair", "--trust", str(ours), "--mirror",
+                             str(mirror.root))
+    assert code == 0, err
+    assert "target: publisher models@publisher.example (certificate" in " ".join(out.split())
+    audit = artifact_audit(mirror, rec, rec.target, load_policy(ours), rehash=False)
+    assert "publisher models@publisher.example" in audit.model_sig.detail
 
 
 @pytest.mark.parametrize("tamper", ["unsigned", "changed-file", "other-identity"])

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from specbundle.attest import generate_key
+from specbundle.audit.collect import artifact_audit
 from specbundle.errors import SpecError
 from specbundle.mirror import Mirror
 from specbundle.sign import sign_bundle
@@ -60,6 +61,12 @@ def test_certificate_signed_bundle_verifies_against_the_anchor(signed: tuple[Mir
     code, out, _ = run_cli(capsys, "verify", "pair", "--trust", str(tmp / "trust.yaml"),
                            "--mirror", str(mirror.root), "--json")
     assert code == 0 and json.loads(out)["model_signers"]["target"] == KEY.fingerprint
+    # audit shows the same link: the model.sig opened through the anchor role
+    rec = mirror.load_bundle("pair")
+    audit = artifact_audit(mirror, rec, rec.target, load_policy(tmp / "trust.yaml"),
+                           rehash=False)
+    assert audit.model_sig.status == "ok", audit.model_sig
+    assert "release@example.com" in audit.model_sig.detail and "corp" in audit.model_sig.detail
 
 
 @pytest.mark.parametrize(("change", "why"), [
