@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,37 @@ def test_hub_repo_signed_by_its_publisher(hub: LocalHub, tmp_path: Path,
         else:
             assert "publisher signed" in err
             assert {p.name for p in mirror.rglob("*") if p.is_file()} == {".lock"}
+
+
+def test_sigstore_publisher_on_pull_offline(tmp_path: Path) -> None:
+    pytest.importorskip("sigstore", reason="sigstore is not installed")
+    data = Path(__file__).parents[1] / "sign" / "data" / "oms-reference"
+    pub_dir = tmp_path / "pub"
+    shutil.copytree(data / "v1.1.0-sigstore", pub_dir)
+    draft = make_model(tmp_path / "draft")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"""apiVersion: specbundle/v1
+metadata: {{name: sig}}
+target: {{repo: ibm/signed, source: "dir:{pub_dir}", allow_patterns: ["signme-*"]}}
+draft: {{repo: org/draft, source: "dir:{draft}"}}
+speculative: {{method: draft_model, num_speculative_tokens: 4}}
+engines: {{vllm: {{}}}}
+deployment: {{p95_concurrency: 8}}
+""")
+    shutil.copy(data / "public-good-trusted_root.json", tmp_path / "root.json")
+    doc = policy_doc({"release": generate_key()})
+    rule = {"repos": ["ibm/*"], "sigstore": {
+        "identity": "stefanb@us.ibm.com", "issuer": "https://sigstore.verify.ibm.com/oauth2",
+        "trusted_root": "root.json"}}
+    doc["publishers"] = [rule]
+    pol = PublisherPolicy(load_policy(write_policy(tmp_path / "trust.yaml", doc)).publishers)
+    rec = pull_bundle(load_spec(spec), Mirror.open(tmp_path / "m", create=True),
+                      publishers=pol).record
+    assert rec.target.publisher is not None
+    assert rec.target.publisher.to_json() == {"method": "sigstore",
+                                              "identity": "stefanb@us.ibm.com",
+                                              "issuer": "https://sigstore.verify.ibm.com/oauth2"}
+    rule["sigstore"]["identity"] = "mallory@us.ibm.com"  # type: ignore[index]
+    pol = PublisherPolicy(load_policy(write_policy(tmp_path / "trust.yaml", doc)).publishers)
+    with pytest.raises(VerificationError, match="publisher's signature is refused"):
+        pull_bundle(load_spec(spec), Mirror.open(tmp_path / "m2", create=True), publishers=pol)
