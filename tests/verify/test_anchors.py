@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -131,6 +132,18 @@ def test_contradictions_and_inline_pem(tmp_path: Path) -> None:
         parse_policy(yaml.safe_dump(doc).encode())
     with pytest.raises(SpecError, match="not read from a file"):
         parse_policy(yaml.safe_dump(_doc()).encode())
-    # a policy naming no anchors keeps its meaning: every key signs model.sig, no anchors
-    old = parse_policy(yaml.safe_dump(policy_doc({"release": KEY})).encode())
+    # a policy naming no anchors keeps its meaning (and its digest): every key signs model.sig
+    raw = yaml.safe_dump(policy_doc({"release": KEY})).encode()
+    old = parse_policy(raw)
     assert old.anchors == () and old.model_signers == {KEY.fingerprint}
+    assert old.digest == hashlib.sha256(raw).hexdigest()
+
+
+def test_policy_digest_covers_the_files_beside_it(tmp_path: Path) -> None:
+    write_pem(tmp_path / "root.pem", ROOT.cert)
+    (tmp_path / "sub.crl").write_bytes(SUB.crl([]))
+    path = write_policy(tmp_path / "trust.yaml", _doc(crls=["sub.crl"]))
+    first = load_policy(path).digest
+    assert first != hashlib.sha256(path.read_bytes()).hexdigest()
+    (tmp_path / "sub.crl").write_bytes(SUB.crl([LEAF.serial_number]))  # a new CRL arrives
+    assert load_policy(path).digest != first

@@ -140,7 +140,12 @@ class Requirement:
 
 @dataclass(frozen=True)
 class TrustPolicy:
-    """A validated policy; ``digest`` is the sha256 of the file bytes (for audit records)."""
+    """A validated policy; ``digest`` is the sha256 of the file bytes (for audit records).
+
+    When the policy names files beside it (anchors, CRLs, trusted roots), the digest covers
+    them too: sha256 over the policy bytes' sha256 and one ``\nNAME SHA256`` line per file,
+    sorted by name.
+    """
 
     keys: tuple[TrustedKey, ...]
     model_signers: frozenset[str]
@@ -194,6 +199,24 @@ def _model_signers(names: list[str] | None, keys: dict[str, TrustedKey],
             frozenset(n for n in names if n in anchor_names))
 
 
+def _with_files(digest: str, p: _Policy, base: Path | None) -> str:
+    """The policy digest extended over the files it names (already read and validated)."""
+    names = [n for a in p.anchors for n in (a.certificates, *a.crls)]
+    for e in p.publishers:
+        if e.certificate is not None:
+            names += [e.certificate.certificates, *e.certificate.crls]
+        if e.sigstore is not None and e.sigstore.trusted_root is not None:
+            names.append(e.sigstore.trusted_root)
+    files = sorted({n for n in names if "-----BEGIN" not in n})
+    if not files or base is None:
+        return digest
+    try:
+        lines = "".join(f"\n{n} {sha256_bytes((base / n).read_bytes())}" for n in files)
+    except OSError as err:
+        raise ValueError(f"a file beside the policy changed while it was read: {err}") from None
+    return sha256_bytes(bytes.fromhex(digest) + lines.encode())
+
+
 def _build(p: _Policy, digest: str, source: str, base: Path | None = None) -> TrustPolicy:
     keys: dict[str, TrustedKey] = {}
     for k in p.keys:
@@ -228,10 +251,11 @@ def _build(p: _Policy, digest: str, source: str, base: Path | None = None) -> Tr
         age = parse_duration(r.max_age) if r.max_age else default_age
         reqs.append(Requirement(kind, PREDICATE_BY_KIND[kind], r.threshold, signers, age))
     model_keys, model_anchors = _model_signers(p.model_signers, keys, anchors)
+    publishers = build_publishers(p.publishers, base)
+    digest = _with_files(digest, p, base)
     return TrustPolicy(tuple(keys.values()), model_keys, tuple(reqs), digest, source,
                        {r.fingerprint: f"revoked by the trust policy: {r.reason}"
-                        for r in p.revoked}, anchors, model_anchors,
-                       build_publishers(p.publishers, base))
+                        for r in p.revoked}, anchors, model_anchors, publishers)
 
 
 def parse_policy(data: bytes, *, source: str = "<policy>", base: Path | None = None
