@@ -7,16 +7,16 @@ from pathlib import Path
 
 import click
 
-from specbundle.admit import Decision, Rejected, admit_bundle
+from specbundle.admit import Decision, Rejected, admit_bundle, reject_unverified
 from specbundle.bench import BenchReport, load_report
 from specbundle.bench.verdict import Verdict, gate_verdict, verdict_first
 from specbundle.cli._keyopts import KEY_SOURCE, load_keys, passphrase_option
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, err_console, print_table, write_json_text
 from specbundle.cli.bench import bench_options, make_options, show_verdict, step_progress
-from specbundle.errors import SpecbundleError
+from specbundle.errors import BundleNotFound, SpecbundleError
 from specbundle.mirror import Mirror
-from specbundle.verify import load_policy
+from specbundle.verify import load_policy, verify_bundle
 
 __all__ = ["command"]
 
@@ -81,10 +81,18 @@ def command(bundle: str, trust_file: Path, key_files: tuple[Path | str, ...],
         if not as_json:
             err_console.print(f"admit: {name}")
 
+    mirror.load_bundle(bundle)  # BundleNotFound (exit 2) before any stage runs or is reported
     try:
+        stage("verify")
+        try:
+            verified = verify_bundle(mirror, bundle, policy)
+        except BundleNotFound:
+            raise
+        except SpecbundleError as err:  # refused: the FAILED decision is signed too
+            raise reject_unverified(mirror, bundle, err, policy=policy, keys=keys) from None
         with step_progress(not as_json) as progress:
-            decision = admit_bundle(mirror, bundle, policy=policy, keys=keys, engine=engine,
-                                    bench_options=opts, progress=progress, on_stage=stage)
+            decision = admit_bundle(verified, keys=keys, engine=engine, bench_options=opts,
+                                    progress=progress, on_stage=stage)
     except Rejected as err:
         _emit(mirror, err.decision, as_json)
         raise

@@ -136,6 +136,8 @@ class Requirement:
     threshold: int
     signers: frozenset[str]
     max_age: timedelta | None
+    #: ``signers:`` named in the policy: these approvers must also sign the manifest itself
+    designated: bool = False
 
 
 @dataclass(frozen=True)
@@ -249,7 +251,8 @@ def _build(p: _Policy, digest: str, source: str, base: Path | None = None) -> Tr
             raise ValueError(f"require.{kind}: threshold {r.threshold} exceeds the "
                              f"{len(signers)} eligible signer(s)")
         age = parse_duration(r.max_age) if r.max_age else default_age
-        reqs.append(Requirement(kind, PREDICATE_BY_KIND[kind], r.threshold, signers, age))
+        reqs.append(Requirement(kind, PREDICATE_BY_KIND[kind], r.threshold, signers, age,
+                                r.signers is not None))
     model_keys, model_anchors = _model_signers(p.model_signers, keys, anchors)
     publishers = build_publishers(p.publishers, base)
     digest = _with_files(digest, p, base)
