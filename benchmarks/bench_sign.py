@@ -7,6 +7,9 @@ References measured in the same run, over the same files, with a warm page cache
   has several similar-sized files.
 * ``model_signing sign key`` / ``verify key`` (the OMS reference CLI, if installed).
   Target: < 1.0x (faster than the reference).
+* specbundle's own key-file arms: the certificate method (a local CA, leaf + intermediate,
+  chain validated on verify) and a key in a SoftHSM2 token (PKCS#11, if softhsm2 and PyKCS11
+  are installed) sign and verify the same files. Target: within 1.05x of the key file.
 
 Prints a table (and ``--json``); never asserts. Example::
 
@@ -16,6 +19,7 @@ Prints a table (and ``--json``); never asserts. Example::
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import shutil
@@ -26,7 +30,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from specbundle.attest import generate_key, write_private_key, write_public_key
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from specbundle.attest import (
+    ChainTrust,
+    SigningKey,
+    generate_key,
+    write_private_key,
+    write_public_key,
+)
 from specbundle.sign import sign_model
 from specbundle.transfer import parse_size
 from specbundle.verify import verify_model
@@ -51,6 +66,59 @@ def make_model(root: Path, total: int, files: int) -> list[Path]:
         (root / name).write_text(json.dumps({"name": name, "pad": "x" * 2048}))
         paths.append(root / name)
     return paths
+
+
+def _cert(subject: str, issuer: str, pub: ec.EllipticCurvePublicKey,
+          signer: ec.EllipticCurvePrivateKey, ca: bool) -> x509.Certificate:
+    now = dt.datetime.now(dt.UTC)
+    name = lambda cn: x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])  # noqa: E731
+    b = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer))
+         .public_key(pub).serial_number(x509.random_serial_number())
+         .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=30))
+         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+         .add_extension(x509.KeyUsage(not ca, False, False, False, False, ca, ca, False, False),
+                        critical=True)
+         .add_extension(x509.SubjectKeyIdentifier.from_public_key(pub), critical=False))
+    if subject != issuer:
+        b = b.add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+            signer.public_key()), critical=False)
+    if not ca:
+        b = b.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]),
+                            critical=False)
+    return b.sign(signer, hashes.SHA256())
+
+
+def certificate_signer(key: SigningKey) -> tuple[SigningKey, ChainTrust]:
+    """``key`` with a leaf from a fresh root -> intermediate CA, and the trust to verify it."""
+    root_key, int_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(
+        ec.SECP256R1())
+    root = _cert("bench root", "bench root", root_key.public_key(), root_key, True)
+    inter = _cert("bench signing CA", "bench root", int_key.public_key(), root_key, True)
+    pub = key.public.key
+    assert isinstance(pub, ec.EllipticCurvePublicKey)
+    leaf = _cert("bench signer", "bench signing CA", pub, int_key, False)
+    return key.with_chain((leaf, inter)), ChainTrust((root,))
+
+
+def token_signer(work: Path) -> SigningKey | None:
+    """A P-256 key generated inside a fresh SoftHSM2 token, or None without the tooling."""
+    module = Path("/usr/lib/softhsm/libsofthsm2.so")
+    if not (module.exists() and shutil.which("softhsm2-util") and shutil.which("pkcs11-tool")):
+        return None
+    try:
+        from specbundle.attest.pkcs11 import load_token_key
+    except ImportError:
+        return None
+    (work / "tokens").mkdir(parents=True, exist_ok=True)
+    conf = work / "softhsm2.conf"
+    conf.write_text(f"directories.tokendir = {work / 'tokens'}\nobjectstore.backend = file\n")
+    os.environ["SOFTHSM2_CONF"] = str(conf)
+    os.environ["SPECBUNDLE_PKCS11_PIN"] = "bench-pin"
+    run(["softhsm2-util", "--init-token", "--free", "--label", "bench", "--pin", "bench-pin",
+         "--so-pin", "bench-so"])
+    run(["pkcs11-tool", "--module", str(module), "--token-label", "bench", "--login", "--pin",
+         "bench-pin", "--keypairgen", "--key-type", "EC:prime256v1", "--label", "k"])
+    return load_token_key(f"pkcs11:token=bench;object=k?module-path={module}")
 
 
 def timed_round_robin(arms: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
@@ -101,6 +169,18 @@ def main() -> None:
             "specbundle_verify_parallel":
                 lambda: verify_model(model, key.public, signature=sig),
         }
+        cert_key, trust = certificate_signer(key)
+        cert_sig = work / "cert.sig"
+        arms["specbundle_sign_certificate"] = lambda: sign_model(model, cert_key,
+                                                                 signature=cert_sig)
+        arms["specbundle_verify_certificate"] = lambda: verify_model(model, trust,
+                                                                     signature=cert_sig)
+        token = token_signer(work / "hsm")
+        if token is not None:
+            hsm_sig = work / "hsm.sig"
+            arms["specbundle_sign_pkcs11"] = lambda: sign_model(model, token, signature=hsm_sig)
+            arms["specbundle_verify_pkcs11"] = lambda: verify_model(model, token.public,
+                                                                    signature=hsm_sig)
         ms = shutil.which("model_signing")
         if ms:
             ref_sig = work / "ref.sig"
@@ -117,6 +197,15 @@ def main() -> None:
             "sign_parallel_vs_openssl": res["specbundle_sign_parallel"] / base,
             "verify_parallel_vs_openssl": res["specbundle_verify_parallel"] / base,
         }
+        ratios["sign_certificate_vs_key"] = (res["specbundle_sign_certificate"]
+                                             / res["specbundle_sign_parallel"])
+        ratios["verify_certificate_vs_key"] = (res["specbundle_verify_certificate"]
+                                               / res["specbundle_verify_parallel"])
+        if token is not None:
+            ratios["sign_pkcs11_vs_key"] = (res["specbundle_sign_pkcs11"]
+                                            / res["specbundle_sign_parallel"])
+            ratios["verify_pkcs11_vs_key"] = (res["specbundle_verify_pkcs11"]
+                                              / res["specbundle_verify_parallel"])
         if ms:
             ratios["sign_vs_model_signing"] = (res["specbundle_sign_parallel"]
                                                / res["model_signing_sign_key"])

@@ -15,7 +15,8 @@ from specbundle import ids
 from specbundle.digest import is_sha256
 from specbundle.errors import MirrorError
 
-__all__ = ["RECORD_SCHEMA", "ArtifactRecord", "BundleRecord", "FileEntry", "Role", "SkippedFile"]
+__all__ = ["RECORD_SCHEMA", "ArtifactRecord", "BundleRecord", "FileEntry", "Publisher", "Role",
+           "SkippedFile"]
 
 RECORD_SCHEMA = "https://specbundle.dev/bundle-record/v1"
 
@@ -78,6 +79,27 @@ class SkippedFile:
 
 
 @dataclass(frozen=True)
+class Publisher:
+    """The publisher whose own signature (OMS ``model.sig``) pull verified for an artifact."""
+
+    method: Literal["certificate", "sigstore"]
+    identity: str
+    issuer: str
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"method": self.method, "identity": self.identity, "issuer": self.issuer}
+
+    @classmethod
+    def from_json(cls, d: object) -> Publisher:
+        """Inverse of :meth:`to_json`."""
+        if not isinstance(d, dict) or d.get("method") not in ("certificate", "sigstore") or \
+                not all(isinstance(d.get(k), str) for k in ("identity", "issuer")):
+            raise ValueError(f"malformed publisher {d!r}")
+        return cls(d["method"], d["identity"], d["issuer"])
+
+
+@dataclass(frozen=True)
 class ArtifactRecord:
     """Target or draft as pulled: source, pinned commit and the exact file set."""
 
@@ -91,6 +113,7 @@ class ArtifactRecord:
     files: tuple[FileEntry, ...]
     skipped: tuple[SkippedFile, ...] = ()
     pulled_at: str = ""
+    publisher: Publisher | None = None  # set when pull verified the publisher's model.sig
 
     @property
     def total_size(self) -> int:
@@ -110,6 +133,8 @@ class ArtifactRecord:
             "files": [f.to_json() for f in self.files],
             "skipped": [s.to_json() for s in self.skipped],
             "pulled_at": self.pulled_at,
+            # only when present: records of unsigned repos keep their exact bytes
+            **({"publisher": self.publisher.to_json()} if self.publisher else {}),
         }
 
     @classmethod
@@ -125,6 +150,7 @@ class ArtifactRecord:
             files=tuple(FileEntry.from_json(f) for f in d["files"]),
             skipped=tuple(SkippedFile.from_json(s) for s in d.get("skipped", ())),
             pulled_at=d.get("pulled_at", ""),
+            publisher=Publisher.from_json(d["publisher"]) if "publisher" in d else None,
         )
 
 

@@ -50,6 +50,9 @@ Public API (stable; other stages code against it)::
     # OMS model.sig (OpenSSF Model Signing v1.0)               (specbundle.attest.oms)
     OmsManifest(model_name, resources, allow_symlinks, ignore_paths).root_digest
     build_model_sig(manifest, key) -> bytes;  open_model_sig(data, public_key) -> OmsManifest
+    # certificate method: key.with_chain((leaf, *issuers)) signs; the verifier holds anchors
+    open_model_sig_chain(data, ChainTrust(anchors, crls, identities), at=) -> (OmsManifest,
+        CertIdentity);  verify_chain(chain, trust, at) -> CertIdentity  (specbundle.attest.certs)
 
 Example, the admission VSA the admit stage signs::
 
@@ -64,6 +67,16 @@ Example, the admission VSA the admit stage signs::
         attest.append_attestation(mirror, rec.name, attest.sign_statement(st, [key]))
 """
 
+from specbundle.attest.certs import (
+    CLOCK_SKEW,
+    CertIdentity,
+    ChainTrust,
+    IdentityRule,
+    UntrustedCertificate,
+    load_certificates,
+    load_crls,
+    verify_chain,
+)
 from specbundle.attest.dsse import (
     INTOTO_PAYLOAD_TYPE,
     Envelope,
@@ -98,7 +111,9 @@ from specbundle.attest.oms import (
     Resource,
     WrongPredicateType,
     build_model_sig,
+    model_sig_chain,
     open_model_sig,
+    open_model_sig_chain,
 )
 from specbundle.attest.predicates import (
     BENCH_EVIDENCE_V1,
@@ -130,6 +145,7 @@ from specbundle.attest.statement import (
 __all__ = [
     "ATTESTATIONS_FILE",
     "BENCH_EVIDENCE_V1",
+    "CLOCK_SKEW",
     "FETCH_BUILD_TYPE_V1",
     "INTOTO_PAYLOAD_TYPE",
     "KIND_BY_PREDICATE",
@@ -143,9 +159,12 @@ __all__ = [
     "SPECBUNDLE_URI",
     "STATEMENT_TYPE",
     "TRANSFER_INDEX_V1",
+    "CertIdentity",
+    "ChainTrust",
     "CheckedStatement",
     "Envelope",
     "EnvelopeCheck",
+    "IdentityRule",
     "KeyAlgorithm",
     "MalformedEnvelope",
     "OmsManifest",
@@ -156,6 +175,7 @@ __all__ = [
     "SigningKey",
     "Statement",
     "Subject",
+    "UntrustedCertificate",
     "WrongPredicateType",
     "append_attestation",
     "artifact_subjects",
@@ -164,9 +184,13 @@ __all__ = [
     "check_envelope",
     "check_statement",
     "generate_key",
+    "load_certificates",
+    "load_crls",
     "load_public_key",
     "load_signing_key",
+    "model_sig_chain",
     "open_model_sig",
+    "open_model_sig_chain",
     "pae",
     "parse_statement",
     "parse_time",
@@ -175,6 +199,7 @@ __all__ = [
     "sign_envelope",
     "sign_statement",
     "statement_time",
+    "verify_chain",
     "verify_envelope",
     "write_private_key",
     "write_public_key",

@@ -5,7 +5,8 @@ SubjectPublicKeyInfo DER, which is independent of PEM line wrapping. OMS ``model
 carry a different name for the same key, the *hint* (sha256 of the PEM SPKI text), because the
 reference tool defines it so; :attr:`PublicKey.oms_hint` computes it.
 
-Private keys only ever live in the file the user names: :class:`SigningKey` never serialises
+Private keys only ever live in the file the user names, or in a token (PKCS#11, a
+:class:`TokenKey`) they never leave: :class:`SigningKey` never serialises
 itself (``repr`` shows the fingerprint only) and :func:`write_private_key` creates the file
 ``0600`` without ever exposing the bytes through another path.
 """
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, Protocol, get_args
 
+from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
@@ -28,6 +30,7 @@ __all__ = [
     "KeyAlgorithm",
     "PublicKey",
     "SigningKey",
+    "TokenKey",
     "generate_key",
     "load_public_key",
     "load_signing_key",
@@ -101,12 +104,29 @@ class PublicKey:
         return True
 
 
+class TokenKey(Protocol):
+    """A private key that signs inside a device (HSM, smart card) and never leaves it."""
+
+    def public_key(self) -> ec.EllipticCurvePublicKey:
+        """The public half, read from the device."""
+        ...
+
+    def sign(self, data: bytes, algorithm: hashes.HashAlgorithm) -> bytes:
+        """DER ECDSA signature over ``data`` hashed with ``algorithm``."""
+        ...
+
+
 @dataclass(frozen=True, repr=False)
 class SigningKey:
-    """A private key in memory; only :func:`write_private_key` ever serialises it."""
+    """A private key in memory or in a token; only :func:`write_private_key` serialises one.
 
-    _key: _PrivKey
+    ``chain`` is the signer's X.509 certificate and its issuers (leaf first) when the key
+    signs with the OMS *certificate* method; empty for the *key* method.
+    """
+
+    _key: _PrivKey | TokenKey
     public: PublicKey
+    chain: tuple[x509.Certificate, ...] = ()
 
     @classmethod
     def from_key(cls, key: object) -> SigningKey:
@@ -115,6 +135,31 @@ class SigningKey:
             raise UsageError(f"unsupported private key type {type(key).__name__}",
                              hint="use an ECDSA (P-256/P-384/P-521) or Ed25519 key")
         return cls(key, PublicKey.from_key(key.public_key()))
+
+    @classmethod
+    def from_token(cls, key: TokenKey) -> SigningKey:
+        """Wrap a key that stays in its device (ECDSA only: the curve picks the hash)."""
+        return cls(key, PublicKey.from_key(key.public_key()))
+
+    @property
+    def in_token(self) -> bool:
+        """True when the private key lives in a device and cannot be exported."""
+        return not isinstance(self._key, ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey)
+
+    def with_chain(self, chain: tuple[x509.Certificate, ...]) -> SigningKey:
+        """This key signing as the certificate ``chain[0]`` (issuers after it).
+
+        Raises:
+            UsageError: the leaf certificate certifies another key.
+        """
+        if chain:
+            leaf = PublicKey.from_key(chain[0].public_key())
+            if leaf.fingerprint != self.fingerprint:
+                raise UsageError(
+                    f"the signing certificate certifies key {leaf.fingerprint[:16]}…, "
+                    f"not the signing key {self.fingerprint[:16]}…",
+                    hint="pass the certificate issued for this key (--signing-cert)")
+        return replace(self, chain=chain)
 
     @property
     def algorithm(self) -> KeyAlgorithm:
@@ -130,10 +175,14 @@ class SigningKey:
         """Raw signature (DER ECDSA or 64-byte Ed25519) over ``data``."""
         if isinstance(self._key, ed25519.Ed25519PrivateKey):
             return self._key.sign(data)
-        return self._key.sign(data, ec.ECDSA(_CURVES[self._key.curve.name][1]))
+        if isinstance(self._key, ec.EllipticCurvePrivateKey):
+            return self._key.sign(data, ec.ECDSA(_CURVES[self._key.curve.name][1]))
+        return self._key.sign(data, _CURVES[self._key.public_key().curve.name][1])
 
     def private_pem(self, passphrase: bytes | None = None) -> bytes:
         """PKCS#8 PEM, encrypted with the best available scheme when a passphrase is given."""
+        if not isinstance(self._key, ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey):
+            raise UsageError("the private key lives in a PKCS#11 token and cannot be exported")
         enc: serialization.KeySerializationEncryption = (
             serialization.BestAvailableEncryption(passphrase) if passphrase
             else serialization.NoEncryption()
@@ -142,7 +191,8 @@ class SigningKey:
                                        serialization.PrivateFormat.PKCS8, enc)
 
     def __repr__(self) -> str:
-        return f"SigningKey({self.algorithm}, {self.fingerprint[:16]}…)"
+        where = ", token" if self.in_token else ""
+        return f"SigningKey({self.algorithm}, {self.fingerprint[:16]}…{where})"
 
 
 def generate_key(algorithm: KeyAlgorithm = "ecdsa-p256") -> SigningKey:

@@ -10,6 +10,9 @@ Interop with the reference tool (model-signing 1.1.1), pinned by tests both ways
 * resources are ordered by path *components* (what the reference sorts by), not by code point,
   so our root digest equals the one ``model_signing`` computes for the same tree;
 * ``publicKey.hint`` is sha256 hex of the PEM SPKI and ``keyid`` is ``""``;
+* the *certificate* method carries ``x509CertificateChain.certificates`` (leaf first, DER in
+  ``rawBytes``) instead of the hint; the chain is validated against anchors the verifier
+  holds (:mod:`specbundle.attest.certs`), never against the chain's own root;
 * the bundle JSON keeps the reference key order; the statement is canonical JSON (the
   reference verifies the signed bytes, so whitespace is free);
 * only ``files`` + ``sha256`` serialisations are accepted when opening (the reference CLI
@@ -18,16 +21,23 @@ Interop with the reference tool (model-signing 1.1.1), pinned by tests both ways
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from specbundle.attest.certs import CertIdentity, ChainTrust, verify_chain
 from specbundle.attest.dsse import (
     INTOTO_PAYLOAD_TYPE,
     Envelope,
     MalformedEnvelope,
+    b64decode,
     check_envelope,
     sign_envelope,
 )
@@ -46,7 +56,9 @@ __all__ = [
     "Resource",
     "WrongPredicateType",
     "build_model_sig",
+    "model_sig_chain",
     "open_model_sig",
+    "open_model_sig_chain",
     "resource_order",
 ]
 
@@ -169,18 +181,73 @@ class OmsManifest:
 
 
 def build_model_sig(manifest: OmsManifest, key: SigningKey) -> bytes:
-    """The ``model.sig`` bytes for ``manifest``, signed with an ECDSA key."""
+    """The ``model.sig`` bytes for ``manifest``, signed with an ECDSA key (and its chain)."""
     if not key.algorithm.startswith("ecdsa-"):
         raise UsageError(f"OMS model.sig needs an ECDSA P-256/P-384/P-521 key, not {key.algorithm}",
                          hint="Ed25519 keys may sign attestations but not model.sig")
     env = sign_envelope(manifest.to_statement().to_bytes(), INTOTO_PAYLOAD_TYPE, [key],
                         keyid=False)
+    material: dict[str, Any] = {"publicKey": {"hint": key.public.oms_hint}, "tlogEntries": []}
+    if key.chain:  # OMS certificate method: the chain replaces the hint
+        material = {"x509CertificateChain": {"certificates": [
+            {"rawBytes": base64.b64encode(c.public_bytes(serialization.Encoding.DER)).decode()}
+            for c in key.chain]}, "tlogEntries": []}
     bundle = {
         "mediaType": OMS_BUNDLE_MEDIA_TYPE,
-        "verificationMaterial": {"publicKey": {"hint": key.public.oms_hint}, "tlogEntries": []},
+        "verificationMaterial": material,
         "dsseEnvelope": env.to_json(),
     }
     return json.dumps(bundle, separators=(",", ":")).encode()
+
+
+def _open_bundle(data: bytes) -> tuple[dict[str, Any], Envelope]:
+    try:
+        bundle = loads_json(data, what="model.sig")
+    except ValueError as err:
+        raise MalformedEnvelope(f"model.sig is not JSON: {err}") from err
+    if not isinstance(bundle, dict) or bundle.get("mediaType") != OMS_BUNDLE_MEDIA_TYPE:
+        raise MalformedEnvelope(f"model.sig is not a Sigstore bundle ({OMS_BUNDLE_MEDIA_TYPE})")
+    material = bundle.get("verificationMaterial")
+    if not isinstance(material, dict):
+        raise MalformedEnvelope("model.sig has no verificationMaterial")
+    env = Envelope.from_json(bundle.get("dsseEnvelope"))
+    if env.payload_type != INTOTO_PAYLOAD_TYPE:
+        raise VerificationError(f"model.sig payloadType {env.payload_type!r} is not in-toto")
+    return material, env
+
+
+def _check(env: Envelope, public: PublicKey, who: str) -> OmsManifest:
+    check = check_envelope(env, [public])
+    if not check.signers:
+        raise VerificationError(f"model.sig signature does not verify with {who}: "
+                                + "; ".join(check.problems))
+    return OmsManifest.from_statement(parse_statement(check.payload))
+
+
+def model_sig_chain(data: bytes) -> tuple[x509.Certificate, ...]:
+    """The certificate chain a ``model.sig`` carries (leaf first); empty for other methods.
+
+    Raises:
+        MalformedEnvelope: not a bundle, or an unreadable certificate.
+    """
+    material, _ = _open_bundle(data)
+    raw = material.get("x509CertificateChain")
+    if raw is None:
+        return ()
+    certs = raw.get("certificates") if isinstance(raw, dict) else None
+    if not isinstance(certs, list) or not certs or len(certs) > 16:
+        raise MalformedEnvelope("model.sig x509CertificateChain must list 1-16 certificates")
+    out: list[x509.Certificate] = []
+    for c in certs:
+        raw_bytes = c.get("rawBytes") if isinstance(c, dict) else None
+        if not isinstance(raw_bytes, str):
+            raise MalformedEnvelope("model.sig certificate entry lacks rawBytes")
+        der = b64decode(raw_bytes, what="certificate rawBytes")
+        try:
+            out.append(x509.load_der_x509_certificate(der))
+        except ValueError as err:
+            raise MalformedEnvelope("model.sig carries an unreadable certificate") from err
+    return tuple(out)
 
 
 def open_model_sig(data: bytes, public: PublicKey) -> OmsManifest:
@@ -190,22 +257,32 @@ def open_model_sig(data: bytes, public: PublicKey) -> OmsManifest:
         VerificationError: malformed bundle, wrong key (hint or signature), wrong payload or
             predicate type, inconsistent root digest.
     """
-    try:
-        bundle = loads_json(data, what="model.sig")
-    except ValueError as err:
-        raise MalformedEnvelope(f"model.sig is not JSON: {err}") from err
-    if not isinstance(bundle, dict) or bundle.get("mediaType") != OMS_BUNDLE_MEDIA_TYPE:
-        raise MalformedEnvelope(f"model.sig is not a Sigstore bundle ({OMS_BUNDLE_MEDIA_TYPE})")
-    material = bundle.get("verificationMaterial")
-    hint = material.get("publicKey", {}).get("hint") if isinstance(material, dict) else None
+    material, env = _open_bundle(data)
+    pk = material.get("publicKey")
+    hint = pk.get("hint") if isinstance(pk, dict) else None
     if hint and hint != public.oms_hint:
         raise OtherKey(
             f"model.sig was signed by another key (hint {hint}, this key {public.oms_hint})")
-    env = Envelope.from_json(bundle.get("dsseEnvelope"))
-    if env.payload_type != INTOTO_PAYLOAD_TYPE:
-        raise VerificationError(f"model.sig payloadType {env.payload_type!r} is not in-toto")
-    check = check_envelope(env, [public])
-    if not check.signers:
-        raise VerificationError("model.sig signature does not verify with the given key: "
-                                + "; ".join(check.problems))
-    return OmsManifest.from_statement(parse_statement(check.payload))
+    return _check(env, public, "the given key")
+
+
+def open_model_sig_chain(data: bytes, trust: ChainTrust, *, at: datetime | None = None
+                         ) -> tuple[OmsManifest, CertIdentity]:
+    """Verify a certificate-method ``model.sig``: chain to ``trust`` at ``at``, then signature.
+
+    Args:
+        data: the ``model.sig`` bytes.
+        trust: anchors, CRLs and accepted identities.
+        at: the signature's time (OMS signs none: callers pass a signed time they hold, e.g.
+            the bundle manifest's, else validation happens now).
+
+    Raises:
+        UntrustedCertificate: chain, revocation or identity not trusted.
+        VerificationError: no chain, bad signature, malformed bundle or statement.
+    """
+    chain = model_sig_chain(data)
+    if not chain:
+        raise OtherKey("model.sig carries no certificate chain (it is not certificate-signed)")
+    signer = verify_chain(chain, trust, at)
+    _, env = _open_bundle(data)
+    return _check(env, signer.public, f"the certificate of {signer.name}"), signer

@@ -39,6 +39,7 @@ from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.record import ArtifactRecord, BundleRecord
 from specbundle.scan.findings import ScanReport
 from specbundle.strict import loads_json, loads_yaml, read_bounded
+from specbundle.verify.anchors import open_anchored
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = ["Predicates", "artifact_audit", "attestation_audits", "license_of", "purl", "scan_audit"]
@@ -144,10 +145,29 @@ def _model_sig(
         if not key.may_sign(art.repo, rec.name):
             return Link(name, "failed", f"key {key.name} is not allowed to sign {art.repo}"), (
                 key.fingerprint,)
-        return Link(name, "ok", f"signed by {key.name} ({key.fingerprint[:16]}…)"), (
+        return Link(name, "ok", f"signed by {key.name} ({key.fingerprint[:16]}…)"
+                    + _publisher(art)), (
             key.fingerprint,)
+    try:  # certificate-signed: a chain to an anchor role of the policy
+        anchored = open_anchored(policy.model_anchors, data, art.repo, rec.name, None)
+    except VerificationError as err:
+        anchored, errors = None, [*errors, err.message]
+    if anchored is not None:
+        manifest, anchor, cert = anchored
+        fp = cert.public.fingerprint
+        if manifest.root_digest != root:
+            return Link(name, "failed", f"signed root {manifest.root_digest} differs from the "
+                        f"recorded files' root {root}"), (fp,)
+        return Link(name, "ok", f"signed by {cert.name} (certificate, anchor {anchor.name})"
+                    + _publisher(art)), (fp,)
     why = "; ".join(errors) or "no model signer in the policy"
     return Link(name, "failed", f"no trusted key verifies it (revoked or unknown): {why}"), ()
+
+
+def _publisher(art: ArtifactRecord) -> str:
+    """The publisher link pull verified, for the chain shown by audit."""
+    p = art.publisher
+    return f"; publisher {p.identity} ({p.method}, {p.issuer}) verified at pull" if p else ""
 
 
 def artifact_audit(

@@ -1,4 +1,10 @@
-"""Options shared by the signing commands: keys, passphrases, a hashing progress bar."""
+"""Options shared by the signing commands: keys, passphrases, a hashing progress bar.
+
+Every ``--key`` is a key file or a PKCS#11 URI (RFC 7512, ``pkcs11:token=…;object=…``): the
+``KEY_SOURCE`` type accepts both and :func:`load_keys` opens either, so each signing command
+gets token keys without code of its own. ``--signing-cert``/``--cert-chain`` attach an X.509
+chain to the key (the OMS certificate method).
+"""
 
 from __future__ import annotations
 
@@ -10,14 +16,56 @@ from typing import Any, TypeVar
 
 import click
 
-from specbundle.attest import SigningKey, load_signing_key
+from specbundle.attest import SigningKey, load_certificates, load_signing_key
+from specbundle.attest.pkcs11 import is_pkcs11_uri, load_token_key
 from specbundle.cli._progress import byte_progress
 from specbundle.errors import EnvironmentProblem
 
-__all__ = ["PASSPHRASE_ENV", "hash_progress", "load_keys", "passphrase_option", "read_passphrase"]
+__all__ = ["KEY_SOURCE", "PASSPHRASE_ENV", "attach_chain", "cert_options", "hash_progress",
+           "load_keys", "passphrase_option", "read_passphrase"]
 
 PASSPHRASE_ENV = "SPECBUNDLE_KEY_PASSPHRASE"  # noqa: S105 - a variable name, not a secret
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _KeySource(click.ParamType[Path | str, Any]):
+    """An existing key file (-> Path) or a ``pkcs11:`` URI (-> str, parsed when loaded)."""
+
+    name = "KEY|pkcs11:URI"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Path | str:
+        if isinstance(value, Path):
+            return value
+        text = str(value)
+        if is_pkcs11_uri(text):
+            return text
+        return click.Path(dir_okay=False, exists=True, path_type=Path).convert(text, param, ctx)
+
+
+KEY_SOURCE = _KeySource()
+
+
+def cert_options(f: F) -> F:
+    """``--signing-cert LEAF`` and repeatable ``--cert-chain`` (the reference tool's names)."""
+    f = click.option("--cert-chain", "--cert_chain", "cert_chain", multiple=True,
+                     type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                     help="Issuer certificates of --signing-cert, leaf to root (repeat).")(f)
+    return click.option("--signing-cert", "--signing_cert", "signing_cert", default=None,
+                        type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                        help="X.509 certificate of the (first) key: sign with the OMS "
+                             "certificate method.")(f)
+
+
+def attach_chain(keys: list[SigningKey], signing_cert: Path | None,
+                 cert_chain: tuple[Path, ...]) -> list[SigningKey]:
+    """The first key signing as ``signing_cert`` with ``cert_chain`` behind it."""
+    if signing_cert is None:
+        if cert_chain:
+            raise click.UsageError("--cert-chain needs --signing-cert")
+        return keys
+    chain = load_certificates((signing_cert, *cert_chain))
+    return [keys[0].with_chain(chain), *keys[1:]]
 
 
 def passphrase_option(f: F) -> F:
@@ -39,11 +87,14 @@ def read_passphrase(path: Path | None) -> bytes | None:
     return env.encode() if env else None
 
 
-def load_keys(paths: tuple[Path, ...], passphrase_file: Path | None) -> list[SigningKey]:
-    """Load every ``--key``; the same passphrase applies to each encrypted one."""
+def load_keys(paths: tuple[Path | str, ...], passphrase_file: Path | None) -> list[SigningKey]:
+    """Load every ``--key`` (file or PKCS#11 URI); one passphrase serves every encrypted file."""
     pw = read_passphrase(passphrase_file)
     out = []
     for p in paths:
+        if isinstance(p, str):
+            out.append(load_token_key(p))
+            continue
         try:
             out.append(load_signing_key(p, None))
         except EnvironmentProblem:

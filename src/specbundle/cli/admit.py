@@ -10,7 +10,7 @@ import click
 from specbundle.admit import Decision, Rejected, admit_bundle, reject_unverified
 from specbundle.bench import BenchReport, load_report
 from specbundle.bench.verdict import Verdict, gate_verdict, verdict_first
-from specbundle.cli._keyopts import load_keys, passphrase_option
+from specbundle.cli._keyopts import KEY_SOURCE, load_keys, passphrase_option
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, err_console, print_table, write_json_text
 from specbundle.cli.bench import bench_options, make_options, show_verdict, step_progress
@@ -58,13 +58,13 @@ def _show(d: Decision) -> None:
               type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="Trust policy (trust.yaml).")
 @click.option("--key", "key_files", required=True, multiple=True,
-              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              type=KEY_SOURCE,
               help="Private key signing the decision (PEM); repeat for several.")
 @passphrase_option
 @mirror_option
 @bench_options
 @json_option
-def command(bundle: str, trust_file: Path, key_files: tuple[Path, ...],
+def command(bundle: str, trust_file: Path, key_files: tuple[Path | str, ...],
             passphrase_file: Path | None, mirror_dir: Path | None, engine: str, runtime: str,
             base_url: str | None, baseline_url: str | None, draft_url: str | None,
             binary: Path | None, rounds: int | None, max_rounds: int | None,

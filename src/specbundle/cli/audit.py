@@ -26,7 +26,7 @@ from specbundle.audit.queries import (
     no_longer_verifying,
 )
 from specbundle.audit.revocation import RevocationCheck, revocation_lines
-from specbundle.cli._keyopts import load_keys, passphrase_option
+from specbundle.cli._keyopts import KEY_SOURCE, load_keys, passphrase_option
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, esc, print_json, print_table
 from specbundle.errors import UsageError, VerificationError
@@ -210,10 +210,10 @@ def log(mirror_dir: Path | None, trust: Path | None, verify: bool, as_json: bool
 @command.command("checkpoint")
 @mirror_option
 @click.option("--key", "keys", multiple=True, required=True,
-              type=click.Path(dir_okay=False, path_type=Path), help="Signing key (PEM).")
+              type=KEY_SOURCE, help="Signing key (PEM).")
 @passphrase_option
 @json_option
-def checkpoint(mirror_dir: Path | None, keys: tuple[Path, ...], passphrase_file: Path | None,
+def checkpoint(mirror_dir: Path | None, keys: tuple[Path | str, ...], passphrase_file: Path | None,
                as_json: bool) -> None:
     """Sign the current head of the event log (refused if the chain is already broken)."""
     cp = write_checkpoint(open_mirror(mirror_dir), load_keys(keys, passphrase_file))

@@ -28,6 +28,7 @@ from specbundle.admit import Rejected, admit_bundle
 from specbundle.attest import SigningKey, generate_key, load_signing_key, write_private_key
 from specbundle.audit import audit, write_checkpoint
 from specbundle.bench import BenchOptions
+from specbundle.cli._keyopts import KEY_SOURCE, load_keys
 from specbundle.cli._output import console, print_json
 from specbundle.localhub import publish_repo, serve_hub
 from specbundle.mirror import Mirror
@@ -152,8 +153,10 @@ def _hub_or_dir(work: Path, pair_dirs: tuple[Path, Path], run: _Run,
         body(hub.endpoint, demo_spec("hf", "hf", engine=engine))
 
 
-def _demo_key(work: Path) -> SigningKey:
-    """The demo's release key (ECDSA P-256, 0600), made once and reused."""
+def _demo_key(work: Path, source: Path | str | None = None) -> SigningKey:
+    """The demo's release key (ECDSA P-256, 0600), made once and reused; or ``--key``'s."""
+    if source is not None:
+        return load_keys((source,), None)[0]
     path = work / "keys" / "demo-release.pem"
     if path.exists():
         return load_signing_key(path)
@@ -190,9 +193,9 @@ def _llama_server() -> Path | None:
     return binary if binary.exists() else None
 
 
-def _connected_side(mirror: Mirror, spec: BundleSpec, work: Path, run: _Run) -> Path:
+def _connected_side(mirror: Mirror, spec: BundleSpec, work: Path, run: _Run,
+                    key: SigningKey) -> Path:
     """Scan, sign and export the pulled bundle; returns the transfer set's folder."""
-    key = _demo_key(work)
     with run.stage("scan") as info:
         report = scan_bundle(mirror, mirror.load_bundle(spec.name), spec)
         info["blocked"] = report.blocked
@@ -226,9 +229,9 @@ def _engine_binary(engine: str) -> tuple[Path | None, str]:
 
 
 def _isolated_side(transfer: Path, spec: BundleSpec, work: Path, run: _Run,
-                   engine: str = "llamacpp") -> None:
+                   engine: str = "llamacpp", key: SigningKey | None = None) -> None:
     """Everything past the air gap, against a separate mirror: no network is used."""
-    key = _demo_key(work)
+    key = key or _demo_key(work)
     policy = _demo_policy(work, key)
     mirror = Mirror.open(work / "isolated" / "mirror", create=True)
     with run.stage("import") as info:
@@ -288,11 +291,14 @@ def _isolated_side(transfer: Path, spec: BundleSpec, work: Path, run: _Run,
               show_default=True,
               help="Engine the bench and admission run on (vllm: VLLM_BIN, the CPU build from "
                    "ci/install-vllm.sh).")
+@click.option("--key", "key_source", type=KEY_SOURCE, default=None,
+              help="Release key (ECDSA file or pkcs11: URI) instead of the demo's own.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary instead of lines.")
-def command(work_dir: Path, engine: str, as_json: bool) -> None:
+def command(work_dir: Path, engine: str, key_source: Path | str | None, as_json: bool) -> None:
     """Run the pipeline on a tiny synthetic target+draft pair (no network needed)."""
     work = work_dir.resolve()
     work.mkdir(parents=True, exist_ok=True)
+    key = _demo_key(work, key_source)
     run = _Run(as_json)
     with run.stage("models") as info:
         pair = make_pair(work / "models", quality="good")
@@ -319,8 +325,8 @@ def command(work_dir: Path, engine: str, as_json: bool) -> None:
             info["endpoint"] = endpoint
             info["fetched_files"] = sum(len(a.downloaded) + len(a.resumed)
                                         for a in res.artifacts)
-        transfer = _connected_side(mirror, spec, work, run)
-        _isolated_side(transfer, spec, work, run, engine)
+        transfer = _connected_side(mirror, spec, work, run, key)
+        _isolated_side(transfer, spec, work, run, engine, key)
 
     _hub_or_dir(work, (pair.target_dir, pair.draft_dir), run, pipeline, engine)
     if as_json:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from specbundle.cli._keyopts import hash_progress, load_keys, passphrase_option
+from specbundle.cli._keyopts import KEY_SOURCE, hash_progress, load_keys, passphrase_option
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json
 from specbundle.errors import UsageError
@@ -21,7 +21,7 @@ __all__ = ["command"]
               type=click.Path(file_okay=False, path_type=Path), help="Transfer set folder.")
 @mirror_option
 @click.option("--key", "key_paths", required=True, multiple=True,
-              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              type=KEY_SOURCE,
               help="Key that signs the transfer index (repeat for co-signers).")
 @passphrase_option
 @click.option("--chunk-size", default=None,
@@ -29,7 +29,7 @@ __all__ = ["command"]
 @click.option("--index-version", type=click.IntRange(1), default=None,
               help="Index version (default: one above this mirror's last export).")
 @json_option
-def command(bundle: str, out_dir: Path, mirror_dir: Path | None, key_paths: tuple[Path, ...],
+def command(bundle: str, out_dir: Path, mirror_dir: Path | None, key_paths: tuple[Path | str, ...],
             passphrase_file: Path | None, chunk_size: str | None, index_version: int | None,
             as_json: bool) -> None:
     """Write BUNDLE's objects, signatures, attestations and manifests plus a signed index."""

@@ -19,7 +19,7 @@ from specbundle.attest import (
     write_private_key,
     write_public_key,
 )
-from specbundle.cli._keyopts import load_keys, passphrase_option, read_passphrase
+from specbundle.cli._keyopts import KEY_SOURCE, load_keys, passphrase_option, read_passphrase
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json
 
@@ -70,12 +70,12 @@ def generate(out: Path, algorithm: str, encrypt: bool, passphrase_file: Path | N
 @click.argument("fingerprint")
 @mirror_option
 @click.option("--key", "key_path", required=True,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              type=KEY_SOURCE,
               help="Signing key (PEM) of the trust policy that signs the revocation.")
 @passphrase_option
 @click.option("--reason", required=True, help="Why the key is revoked (signed with it).")
 @json_option
-def revoke(fingerprint: str, mirror_dir: Path | None, key_path: Path,
+def revoke(fingerprint: str, mirror_dir: Path | None, key_path: Path | str,
            passphrase_file: Path | None, reason: str, as_json: bool) -> None:
     """Revoke the key FINGERPRINT (or the key in a KEY.pub file) in the mirror's event log."""
     from specbundle.audit.revocation import revoke_key  # the audit stage loads on use only

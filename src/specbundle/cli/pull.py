@@ -11,6 +11,8 @@ from specbundle.cli._output import console, err_console, esc, print_json, print_
 from specbundle.cli._progress import byte_progress
 from specbundle.pull import PullResult, pull_bundle
 from specbundle.spec import load_spec
+from specbundle.verify import load_policy
+from specbundle.verify.publishers import PublisherPolicy
 
 __all__ = ["command", "show_result"]
 
@@ -27,6 +29,10 @@ def show_result(res: PullResult, mirror_root: Path) -> None:
                      len(art.skipped)])
     print_table(None, ["role", "repo", "revision", "commit", "files", "bytes", "fetched",
                        "reused", "skipped"], rows)
+    for art in rec.artifacts:
+        if art.publisher:
+            console.print(f"{art.role}: publisher signature of {esc(art.publisher.identity)} "
+                          f"({art.publisher.method}, {esc(art.publisher.issuer)}) verified")
 
 
 @click.command("pull")
@@ -36,15 +42,20 @@ def show_result(res: PullResult, mirror_root: Path) -> None:
               help="Hub endpoint (default: $HF_ENDPOINT, else the Hub).")
 @click.option("--workers", default=8, show_default=True, type=click.IntRange(1, 64),
               help="Parallel file downloads.")
+@click.option("--trust", "trust", default=None,
+              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Trust policy whose publishers: section names repos that must carry their "
+                   "publisher's signature (checked before anything enters the mirror).")
 @json_option
 def command(spec_file: Path, mirror_dir: Path | None, endpoint: str | None, workers: int,
-            as_json: bool) -> None:
+            trust: Path | None, as_json: bool) -> None:
     """Pull the target and draft named in SPEC_FILE into the mirror."""
     spec = load_spec(spec_file)
+    publishers = PublisherPolicy(load_policy(trust).publishers) if trust else None
     mirror = open_mirror(mirror_dir, create=True)
     with byte_progress(not as_json) as bar:
         res = pull_bundle(spec, mirror, endpoint=endpoint, workers=workers, progress=bar,
-                          spec_dir=spec_file.parent)
+                          spec_dir=spec_file.parent, publishers=publishers)
     for note in res.notes:  # the bundle is committed: a warning, not an error exit
         err_console.print(f"warning: {note}", markup=False, highlight=False)
     if as_json:

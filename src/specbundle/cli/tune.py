@@ -9,7 +9,7 @@ import click
 from specbundle.bench.tune import TuneOptions, run_tune
 from specbundle.bench.tune_analysis import TuneResult
 from specbundle.bench.verdict import percent
-from specbundle.cli._keyopts import load_keys, passphrase_option
+from specbundle.cli._keyopts import KEY_SOURCE, load_keys, passphrase_option
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json, print_table
 from specbundle.cli.bench import step_progress
@@ -64,7 +64,7 @@ def _show(r: TuneResult) -> None:
 @click.option("--engine", default="llamacpp", show_default=True,
               type=click.Choice(["llamacpp", "vllm", "sglang"]), help="Serving engine.")
 @click.option("--key", "key_files", required=True, multiple=True,
-              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              type=KEY_SOURCE,
               help="Private key signing the schedule (PEM); repeat for several.")
 @passphrase_option
 @click.option("--k", "ks", default=None,
@@ -86,7 +86,8 @@ def _show(r: TuneResult) -> None:
 @bundle_options
 @mirror_option
 @json_option
-def command(bundle: str, engine: str, key_files: tuple[Path, ...], passphrase_file: Path | None,
+def command(bundle: str, engine: str, key_files: tuple[Path | str, ...],
+            passphrase_file: Path | None,
             ks: str | None, p_mins: str | None, levels: str | None, rounds: int | None,
             max_rounds: int | None, time_budget: float | None, requests_per_level: int | None,
             max_tokens: int | None, binary: Path | None, trust: Path | None, unsigned: bool,

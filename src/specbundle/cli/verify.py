@@ -10,7 +10,7 @@ import click
 from specbundle.bundle import Bundle, read_unsigned
 from specbundle.cli._keyopts import hash_progress
 from specbundle.cli._options import json_option, mirror_option, open_mirror
-from specbundle.cli._output import console, err_console, print_json, print_table
+from specbundle.cli._output import console, err_console, esc, print_json, print_table
 from specbundle.errors import BundleNotFound, MirrorError, SpecbundleError, UsageError
 from specbundle.mirror import Mirror
 from specbundle.verify import (
@@ -121,6 +121,10 @@ def command(bundle: str, trust: Path, mirror_dir: Path | None, as_json: bool) ->
                   f"{rep.bytes_checked} bytes re-hashed, policy sha256 {rep.policy_digest[:16]}…")
     print_table(None, ["role", "OMS root digest", "model.sig signer"],
                 [[r, rep.roots[r], rep.model_signers[r][:16]] for r in rep.roots])
+    for art in res.record.artifacts:  # the publisher link pull verified, from the signed record
+        if art.publisher:
+            console.print(f"{art.role}: publisher {esc(art.publisher.identity)} ("
+                          f"{art.publisher.method}, {esc(art.publisher.issuer)}) verified at pull")
     print_table(None, ["statement", "role", "signers"],
                 [[k, r, ", ".join(s[:16] for s in fps)]
                  for k, by_role in sorted(rep.statement_signers.items())

@@ -49,6 +49,8 @@ from specbundle.transfer.importer import (
     staging_lock,
 )
 from specbundle.verify import HashedFile, TrustPolicy, VerifiedBundle, verify_bundle, write_hashed
+from specbundle.verify.anchors import open_anchored
+from specbundle.verify.policy import TrustedKey
 from specbundle.verify.revocations import revoked_fingerprints
 
 __all__ = ["Fetched", "StageResult", "stage_and_commit"]
@@ -152,16 +154,30 @@ def _version_files(meta: dict[str, bytes], man: BundleManifest) -> dict[str, byt
     return out
 
 
+def _opens(data: bytes, keys: list[TrustedKey]) -> bool:
+    for k in keys:
+        try:
+            open_model_sig(data, k.public)
+        except VerificationError:
+            continue
+        return True
+    return False
+
+
+def _anchored(policy: TrustPolicy, data: bytes, repo: str, name: str) -> bool:
+    """A certificate-signed model.sig an eligible anchor role opens (verify re-checks it)."""
+    try:
+        return open_anchored(policy.model_anchors, data, repo, name, None) is not None
+    except VerificationError:
+        return False
+
+
 def _pick_sig(role: str, repo: str, name: str, cands: list[bytes], policy: TrustPolicy,
               revoked: Mapping[str, str], ignored: list[str]) -> bytes | None:
     keys = [k for k in policy.keys if k.fingerprint in policy.model_signers
             and k.fingerprint not in revoked and k.may_sign(repo, name)]
     for i, data in enumerate(cands):
-        for k in keys:
-            try:
-                open_model_sig(data, k.public)
-            except VerificationError:
-                continue
+        if _opens(data, keys) or _anchored(policy, data, repo, name):
             ignored += [f"{role} model.sig referrer #{j + 1}: no trusted key opens it"
                         for j in range(len(cands)) if j != i]
             return data

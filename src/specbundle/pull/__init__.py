@@ -27,6 +27,12 @@ from specbundle.pull.huggingface import HubSource, endpoint_from_env
 from specbundle.pull.interface import ModelSource, ProgressSink, ResolvedRevision
 from specbundle.pull.listing import ListingRejected, screen_listing
 from specbundle.pull.local import DirSource, content_commit
+from specbundle.pull.publisher import (
+    PublisherCheck,
+    check_fetched,
+    check_listing,
+    read_signature,
+)
 from specbundle.pull.selection import select_files
 from specbundle.record import ArtifactRecord, BundleRecord, Role
 from specbundle.spec import ArtifactSpec, BundleSpec, dump_spec
@@ -73,6 +79,7 @@ def source_for(art: ArtifactSpec, endpoint: str | None = None) -> ModelSource:
 def _pull_artifact(
     role: Role, art: ArtifactSpec, mirror: Mirror, source: ModelSource, pool: ThreadPoolExecutor,
     progress: ProgressSink | None, cancel: threading.Event, lease: Lease,
+    publishers: PublisherCheck | None = None,
 ) -> tuple[ArtifactRecord, ArtifactPull]:
     resolved: ResolvedRevision = source.resolve(art.repo, art.revision)
     # hostile names never reach a URL, the store, the record or a terminal unescaped
@@ -86,6 +93,11 @@ def _pull_artifact(
     if art.gguf_file and art.gguf_file not in {f.path for f in wanted}:
         raise SpecError(f"{art.gguf_file!r} is not in {art.repo}@{resolved.commit}",
                         field=f"{role}.gguf_file")
+    verdict = None
+    if publishers is not None:  # the publisher's signature decides before any byte is stored
+        verdict = publishers.check(art.repo, read_signature(source, resolved, listed))
+        if verdict is not None:
+            check_listing(art.repo, verdict, wanted)
     journal = Journal(mirror, art.repo, resolved.commit)
     total = sum(f.size or 0 for f in wanted)
     task = progress.add_task(f"{role} {art.repo}", total=total) if progress else None
@@ -99,6 +111,8 @@ def _pull_artifact(
         with contextlib.suppress(SpecbundleError, OSError):
             journal.flush()
     entries = tuple(sorted((o.entry for o in outcomes), key=lambda e: e.path))
+    if verdict is not None:
+        check_fetched(art.repo, verdict, entries)
     commit = resolved.commit or content_commit(entries)
     # An endpoint given as https://user:token@host must not reach the record, the event log
     # or the signed provenance built from it.
@@ -107,6 +121,7 @@ def _pull_artifact(
         role=role, repo=art.repo, source=art.source, endpoint=endpoint,
         requested_revision=art.revision, commit=commit, commit_kind=resolved.commit_kind,
         files=entries, skipped=skipped, pulled_at=utc_now(),
+        publisher=verdict.publisher if verdict else None,
     )
     counts = ArtifactPull(
         role,
@@ -142,16 +157,19 @@ def _prompts(spec: BundleSpec, spec_dir: Path | None) -> bytes | None:
 def pull_bundle(
     spec: BundleSpec, mirror: Mirror, *, endpoint: str | None = None, workers: int = 8,
     progress: ProgressSink | None = None, spec_dir: Path | None = None,
+    publishers: PublisherCheck | None = None,
 ) -> PullResult:
     """Pull target and draft of ``spec`` into ``mirror`` and commit the bundle record.
 
     ``spec_dir`` is the folder of the spec file: a ``bench.prompts_file`` named there ships
     inside the bundle folder, so the isolated side benchmarks with exactly those prompts.
+    ``publishers`` checks each repo's own OMS signature (:mod:`specbundle.pull.publisher`).
 
     Raises:
         SourceUnavailable: the endpoint, repo, revision or a file could not be reached.
         DigestMismatch: downloaded bytes differ from the hub's declared digest.
         SpecError: the spec names a file the repo does not have.
+        VerificationError: a publisher signature the policy requires is missing or fails.
     """
     mirror = Mirror.open(mirror.root, create=True)
     prompts = _prompts(spec, spec_dir)
@@ -166,7 +184,8 @@ def pull_bundle(
         pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="pull")
         try:
             for (role, art), src in zip(arts, sources, strict=True):
-                rec, cnt = _pull_artifact(role, art, mirror, src, pool, progress, cancel, lease)
+                rec, cnt = _pull_artifact(role, art, mirror, src, pool, progress, cancel, lease,
+                                          publishers)
                 records[role] = rec
                 counts.append(cnt)
         except BaseException:

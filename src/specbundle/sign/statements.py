@@ -79,7 +79,10 @@ def fetch_provenance(rec: BundleRecord, art: ArtifactRecord, root: str) -> State
             "internalParameters": {"bundle": rec.name, "role": art.role},
             "resolvedDependencies": [
                 {"uri": location, "digest": {commit_key: art.commit},
-                 "annotations": {"requestedRevision": art.requested_revision}},
+                 "annotations": {"requestedRevision": art.requested_revision,
+                                 # the publisher's own signature, verified by pull
+                                 **({"publisher": art.publisher.to_json()}
+                                    if art.publisher else {})}},
                 *files,
             ],
         },

@@ -32,6 +32,7 @@ from specbundle.attest import (
     OtherKey,
     WrongPredicateType,
     open_model_sig,
+    parse_time,
     read_attestations,
 )
 from specbundle.attest.manifest import BundleManifest
@@ -46,6 +47,7 @@ from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.record import ArtifactRecord
 from specbundle.schedule import TunedSchedule, read_bound_schedule
 from specbundle.spec import BundleSpec, parse_spec
+from specbundle.verify.anchors import open_anchored
 from specbundle.verify.attestations import ArtifactRef, evaluate_attestations
 from specbundle.verify.diff import Problem, ProblemKind
 from specbundle.verify.events import record_verification
@@ -228,6 +230,17 @@ def _open_sig(mirror: Mirror, man: BundleManifest, art: ArtifactRecord, policy: 
             return None, None, [Problem("revoked-key", who, f"signed by key "
                                         f"{k.fingerprint[:16]}…, {revoked[k.fingerprint]}")]
         return manifest, k.fingerprint, []
+    try:  # a certificate-signed model.sig: the chain must lead to an eligible anchor role
+        anchored = open_anchored(policy.model_anchors, data, art.repo, name, parse_time(man.time))
+    except VerificationError as err:
+        anchored, errors = None, [*errors, err]
+    if anchored is not None:
+        manifest, _, cert = anchored
+        fp = cert.public.fingerprint
+        if fp in revoked:
+            return None, None, [Problem("revoked-key", who, f"signed by {cert.name} with key "
+                                        f"{fp[:16]}…, {revoked[fp]}")]
+        return manifest, fp, []
     real = [e for e in errors if not isinstance(e, OtherKey)]
     if not real:
         why = ("signed by a key that is not in the policy (or not allowed for this repo)"

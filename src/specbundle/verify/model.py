@@ -11,8 +11,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specbundle.attest import OmsManifest, PublicKey, open_model_sig
+from specbundle.attest import (
+    CertIdentity,
+    ChainTrust,
+    OmsManifest,
+    PublicKey,
+    open_model_sig,
+    open_model_sig_chain,
+)
 from specbundle.attest.modeldir import ModelTree, hash_model_tree, scan_model_dir
+from specbundle.attest.sigstore_oms import (
+    SigstoreIdentity,
+    SigstoreTrust,
+    open_model_sig_sigstore,
+)
 from specbundle.errors import VerificationError
 from specbundle.verify.diff import Problem, diff_files
 
@@ -26,6 +38,7 @@ class ModelVerification:
     model_dir: Path
     manifest: OmsManifest
     signer: str
+    identity: CertIdentity | SigstoreIdentity | None = None  # certificate / sigstore signer
 
 
 class ModelVerificationFailed(VerificationError):
@@ -38,12 +51,17 @@ class ModelVerificationFailed(VerificationError):
 
 
 def verify_model(
-    model_dir: Path, public: PublicKey, *, signature: Path | None = None,
+    model_dir: Path, public: PublicKey | ChainTrust | SigstoreTrust, *,
+    signature: Path | None = None,
     ignore_paths: Iterable[str | Path] = (), ignore_git_paths: bool = True,
     ignore_unsigned_files: bool = False, allow_symlinks: bool = False,
     workers: int | None = None, progress: Callable[[int], None] | None = None,
 ) -> ModelVerification:
     """Check ``model_dir`` against its ``model.sig``, re-hashing every file in parallel.
+
+    ``public`` is the signer's key (OMS key method) or the anchors its certificate chain
+    must validate against (certificate method; validated now, the signature has no time),
+    or the Sigstore identity, issuer and trusted root (sigstore method, offline).
 
     Raises:
         ModelVerificationFailed: files missing, extra, changed, or refused (symlinks).
@@ -54,7 +72,15 @@ def verify_model(
         data = sig.read_bytes()
     except OSError as err:
         raise VerificationError(f"cannot read signature {sig}: {err.strerror}") from err
-    manifest = open_model_sig(data, public)
+    identity: CertIdentity | SigstoreIdentity | None = None
+    if isinstance(public, ChainTrust):
+        manifest, identity = open_model_sig_chain(data, public)
+        signer = identity.public.fingerprint
+    elif isinstance(public, SigstoreTrust):
+        manifest, identity = open_model_sig_sigstore(data, public)
+        signer = f"sigstore:{identity.identity}"
+    else:
+        manifest, signer = open_model_sig(data, public), public.fingerprint
     tree = scan_model_dir(model_dir, ignore_paths=ignore_paths, ignore_git_paths=ignore_git_paths,
                           allow_symlinks=allow_symlinks, signature=sig,
                           extra_ignored=manifest.ignore_paths)
@@ -73,4 +99,4 @@ def verify_model(
                                      if k not in refused_names}, actual)
     if problems:
         raise ModelVerificationFailed(model_dir, problems)
-    return ModelVerification(model_dir, manifest, public.fingerprint)
+    return ModelVerification(model_dir, manifest, signer, identity)

@@ -20,6 +20,8 @@
       pair-binding: {threshold: 2, signers: [security, ml-lead], max_age: 30d}
     revoked:                           # keys retired everywhere (verify, import, admit, audit)
       - {fingerprint: <sha256 hex>, reason: "laptop stolen"}
+    anchors: [...]                     # certificate roles (CA + identities + CRLs), see anchors.py
+    publishers: [...]                  # publishers' own signatures on pull, see publishers.py
 
 An empty, unreadable or inconsistent policy is a :class:`SpecError`, never "trust all":
 unknown kinds, duplicate keys (also duplicate YAML mapping keys), a fingerprint that does
@@ -29,7 +31,6 @@ at load time.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,9 +44,11 @@ from specbundle.attest import PREDICATE_BY_KIND, PublicKey, public_key_from_pem
 from specbundle.digest import sha256_bytes
 from specbundle.errors import SpecbundleError, SpecError
 from specbundle.strict import MalformedDocument, loads_yaml
+from specbundle.verify.anchors import AnchorEntry, TrustedAnchor, build_anchors, in_scope
+from specbundle.verify.publishers import PublisherEntry, PublisherRule, build_publishers
 
-__all__ = ["DEFAULT_REQUIRE", "Requirement", "TrustPolicy", "TrustedKey", "load_policy",
-           "parse_duration", "parse_policy"]
+__all__ = ["DEFAULT_REQUIRE", "Requirement", "TrustPolicy", "TrustedAnchor", "TrustedKey",
+           "load_policy", "parse_duration", "parse_policy"]
 
 #: Used when ``require`` is omitted: every statement ``specbundle sign`` makes, 1-of-n.
 DEFAULT_REQUIRE = ("fetch-provenance", "scan-result", "pair-binding")
@@ -92,6 +95,8 @@ class _Policy(BaseModel):
     require: dict[str, _Req] | None = None
     max_age: str | None = None
     revoked: list[_Revoked] = []
+    anchors: list[AnchorEntry] = []
+    publishers: list[PublisherEntry] = []
 
 
 @dataclass(frozen=True)
@@ -119,8 +124,7 @@ class TrustedKey:
         ``prod`` (its name), nor can a key for bundle ``prod`` bring in weights of repos it
         was never trusted for.
         """
-        return any(fnmatch.fnmatchcase(bundle, p) for p in self.bundles) and all(
-            any(fnmatch.fnmatchcase(r, p) for p in self.repos) for r in repos)
+        return in_scope(self.repos, self.bundles, repos, bundle)
 
 
 @dataclass(frozen=True)
@@ -138,7 +142,12 @@ class Requirement:
 
 @dataclass(frozen=True)
 class TrustPolicy:
-    """A validated policy; ``digest`` is the sha256 of the file bytes (for audit records)."""
+    """A validated policy; ``digest`` is the sha256 of the file bytes (for audit records).
+
+    When the policy names files beside it (anchors, CRLs, trusted roots), the digest covers
+    them too: sha256 over the policy bytes' sha256 and one ``\nNAME SHA256`` line per file,
+    sorted by name.
+    """
 
     keys: tuple[TrustedKey, ...]
     model_signers: frozenset[str]
@@ -146,6 +155,14 @@ class TrustPolicy:
     digest: str
     source: str
     revoked: Mapping[str, str] = field(default_factory=dict)
+    anchors: tuple[TrustedAnchor, ...] = ()
+    model_signer_anchors: frozenset[str] = frozenset()  # anchor names that may sign model.sig
+    publishers: tuple[PublisherRule, ...] = ()  # checked by pull (specbundle.verify.publishers)
+
+    @property
+    def model_anchors(self) -> tuple[TrustedAnchor, ...]:
+        """The certificate roles that may sign ``model.sig``."""
+        return tuple(a for a in self.anchors if a.name in self.model_signer_anchors)
 
     def key(self, fingerprint: str) -> TrustedKey | None:
         """The trusted key with this fingerprint."""
@@ -171,7 +188,38 @@ def _resolve(names: list[str] | None, keys: dict[str, TrustedKey], where: str) -
     return frozenset(out)
 
 
-def _build(p: _Policy, digest: str, source: str) -> TrustPolicy:
+def _model_signers(names: list[str] | None, keys: dict[str, TrustedKey],
+                   anchors: tuple[TrustedAnchor, ...]) -> tuple[frozenset[str], frozenset[str]]:
+    """Key fingerprints and anchor names that may sign model.sig (default: every one)."""
+    anchor_names = {a.name for a in anchors}
+    if names is None:
+        return _resolve(None, keys, "model_signers"), frozenset(anchor_names)
+    if not names:
+        raise ValueError("model_signers: an empty signer list can never be satisfied")
+    return (_resolve([n for n in names if n not in anchor_names], keys, "model_signers")
+            if any(n not in anchor_names for n in names) else frozenset(),
+            frozenset(n for n in names if n in anchor_names))
+
+
+def _with_files(digest: str, p: _Policy, base: Path | None) -> str:
+    """The policy digest extended over the files it names (already read and validated)."""
+    names = [n for a in p.anchors for n in (a.certificates, *a.crls)]
+    for e in p.publishers:
+        if e.certificate is not None:
+            names += [e.certificate.certificates, *e.certificate.crls]
+        if e.sigstore is not None and e.sigstore.trusted_root is not None:
+            names.append(e.sigstore.trusted_root)
+    files = sorted({n for n in names if "-----BEGIN" not in n})
+    if not files or base is None:
+        return digest
+    try:
+        lines = "".join(f"\n{n} {sha256_bytes((base / n).read_bytes())}" for n in files)
+    except OSError as err:
+        raise ValueError(f"a file beside the policy changed while it was read: {err}") from None
+    return sha256_bytes(bytes.fromhex(digest) + lines.encode())
+
+
+def _build(p: _Policy, digest: str, source: str, base: Path | None = None) -> TrustPolicy:
     keys: dict[str, TrustedKey] = {}
     for k in p.keys:
         pub = public_key_from_pem(k.public_key.encode(), source=f"keys[{k.name}].public_key")
@@ -185,6 +233,7 @@ def _build(p: _Policy, digest: str, source: str) -> TrustPolicy:
                              "(a key may sign a bundle only if both match; bundles: ['*'] "
                              "allows any name)")
         keys[k.name] = TrustedKey(k.name, pub, tuple(k.repos), tuple(k.bundles))
+    anchors = build_anchors(p.anchors, base, set(keys))
     default_age = parse_duration(p.max_age) if p.max_age else None
     raw_req = p.require if p.require is not None else {k: _Req() for k in DEFAULT_REQUIRE}
     if not raw_req:
@@ -194,6 +243,9 @@ def _build(p: _Policy, digest: str, source: str) -> TrustPolicy:
         if kind not in PREDICATE_BY_KIND:
             raise ValueError(f"require.{kind}: unknown statement kind; known: "
                              + ", ".join(sorted(PREDICATE_BY_KIND)))
+        if anchored := sorted({a.name for a in anchors} & set(r.signers or ())):
+            raise ValueError(f"require.{kind}.signers: {', '.join(anchored)} is a certificate "
+                             "role; it signs model.sig only, attestations need keys")
         signers = _resolve(r.signers, keys, f"require.{kind}.signers")
         if r.threshold > len(signers):
             raise ValueError(f"require.{kind}: threshold {r.threshold} exceeds the "
@@ -201,14 +253,17 @@ def _build(p: _Policy, digest: str, source: str) -> TrustPolicy:
         age = parse_duration(r.max_age) if r.max_age else default_age
         reqs.append(Requirement(kind, PREDICATE_BY_KIND[kind], r.threshold, signers, age,
                                 r.signers is not None))
-    return TrustPolicy(tuple(keys.values()), _resolve(p.model_signers, keys, "model_signers"),
-                       tuple(reqs), digest, source,
+    model_keys, model_anchors = _model_signers(p.model_signers, keys, anchors)
+    publishers = build_publishers(p.publishers, base)
+    digest = _with_files(digest, p, base)
+    return TrustPolicy(tuple(keys.values()), model_keys, tuple(reqs), digest, source,
                        {r.fingerprint: f"revoked by the trust policy: {r.reason}"
-                        for r in p.revoked})
+                        for r in p.revoked}, anchors, model_anchors, publishers)
 
 
-def parse_policy(data: bytes, *, source: str = "<policy>") -> TrustPolicy:
-    """Validate policy bytes (YAML or JSON)."""
+def parse_policy(data: bytes, *, source: str = "<policy>", base: Path | None = None
+                 ) -> TrustPolicy:
+    """Validate policy bytes (YAML or JSON); ``base`` is where files it names live."""
     try:
         doc: Any = loads_yaml(data, what="trust policy") if data.strip() else None
     except MalformedDocument as err:
@@ -216,7 +271,7 @@ def parse_policy(data: bytes, *, source: str = "<policy>") -> TrustPolicy:
     if not isinstance(doc, dict) or not doc:
         raise SpecError("empty trust policy: refusing to trust anything", file=source)
     try:
-        return _build(_Policy.model_validate(doc), sha256_bytes(data), source)
+        return _build(_Policy.model_validate(doc), sha256_bytes(data), source, base)
     except ValidationError as err:
         first = err.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
@@ -233,4 +288,4 @@ def load_policy(path: Path) -> TrustPolicy:
         data = path.read_bytes()
     except OSError as err:
         raise SpecError(f"cannot read trust policy: {err.strerror}", file=str(path)) from err
-    return parse_policy(data, source=str(path))
+    return parse_policy(data, source=str(path), base=path.parent)
