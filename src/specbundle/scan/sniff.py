@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from specbundle.scan.jsonfile import DuplicateKeys, loads_strict
-from specbundle.scan.pickle_walker import looks_like_pickle
+from specbundle.scan.pickles import looks_like_pickle
 
 __all__ = [
     "ARCHIVE_KINDS", "EXECUTABLE_KINDS", "FileKind", "expected_kinds", "sniff", "sniff_bytes",

@@ -1,5 +1,5 @@
 """What llama.cpp's own C++ template engine computes otherwise than Jinja2, checked in the
-trial render (:mod:`.template_render`) on the values it actually meets.
+trial render (:mod:`.render`) on the values it actually meets.
 
 A template that renders one prompt in transformers/vLLM and another in llama-server can show a
 hidden instruction to one engine only. Each rule here was confirmed on llama-server

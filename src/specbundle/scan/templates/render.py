@@ -1,6 +1,6 @@
 """A trial render of a chat template in a stricter sandbox, under a time and output budget.
 
-The static allow-list (:mod:`.template_policy`) decides what may appear; the trial render
+The static allow-list (:mod:`.policy`) decides what may appear; the trial render
 checks what actually happens with realistic inputs (conversations, tool calls, tool results,
 documents, reasoning), so that a name computed at run time is caught where it is used.
 The environment is Jinja's :class:`ImmutableSandboxedEnvironment` (what transformers renders
@@ -10,7 +10,7 @@ each attribute access, call and operator counts against a deadline; output is st
 capped. Only templates that passed the static check are rendered.
 
 The render also refuses what llama.cpp's own engine computes otherwise (a prompt, or a hidden
-instruction, only one engine shows): the rules live in :mod:`.template_cpp`; ``~`` and slices
+instruction, only one engine shows): the rules live in :mod:`.cpp`; ``~`` and slices
 are compiled through the environment (:class:`_Codegen`) to be seen at all.
 """
 
@@ -31,7 +31,7 @@ from jinja2.runtime import ChainableUndefined, Context, Undefined, str_join
 from jinja2.sandbox import ImmutableSandboxedEnvironment, modifies_known_mutable
 
 from specbundle.scan.findings import Severity
-from specbundle.scan.template_cpp import (
+from specbundle.scan.templates.cpp import (
     _CASE_FOLDING,
     _EXACT,
     _INT64,
