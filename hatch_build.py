@@ -23,8 +23,8 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 # module to compile, and the sibling sources its types come from (read by mypy, not compiled)
 NATIVE: dict[str, tuple[str, ...]] = {
-    "specbundle/scan/pickle_loop.py": ("specbundle/scan/pickle_ops.py",
-                                       "specbundle/scan/pickle_semantics.py"),
+    "specbundle/scan/pickles/loop.py": ("specbundle/scan/pickles/ops.py",
+                                        "specbundle/scan/pickles/semantics.py"),
 }
 
 

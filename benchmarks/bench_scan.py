@@ -122,8 +122,8 @@ def _hostile_gguf(work: Path, mb: float, width: int = 32) -> dict[str, float]:
 
     import gguf
 
-    from specbundle.scan.gguf_header import _keys
-    from specbundle.scan.gguf_reader import GGUFHeader, read_gguf
+    from specbundle.scan.formats.gguf_header import _keys
+    from specbundle.scan.formats.gguf_reader import GGUFHeader, read_gguf
 
     def check(p: Path) -> GGUFHeader:  # the reader and the key checks (token repeats included)
         h = read_gguf(p)
@@ -196,8 +196,9 @@ def _hostile_pickle(mb: float, rounds: int = 5) -> dict[str, float]:
     import pickletools
     import statistics
 
-    from specbundle.scan import pickle_loop, pickle_walker
-    from specbundle.scan.pickle_walker import TORCH_ALLOWED, walk_pickle
+    from specbundle.scan.pickles import loop as pickle_loop
+    from specbundle.scan.pickles import walker as pickle_walker
+    from specbundle.scan.pickles.walker import TORCH_ALLOWED, walk_pickle
 
     n = int(mb * 1e6 / 16)
     data = pickle.dumps({f"k{i:07d}": i for i in range(n)}, protocol=4)
@@ -246,7 +247,7 @@ def _hostile_pickle_scan(work: Path, mb: float) -> dict[str, float]:
     """
     import pickle
 
-    from specbundle.scan.second_opinion import TOOLS
+    from specbundle.scan.pickles.second_opinion import TOOLS
 
     d = work / "hostile-pickle"
     d.mkdir()
@@ -267,7 +268,7 @@ def _templates() -> dict[str, float]:
     """Analysis of real chat templates (the test corpus): what a real model's scan pays per
     template, which the benchmark model's one-line template does not show. Reported, no target.
     """
-    from specbundle.scan.templates import analyse_template
+    from specbundle.scan.templates.check import analyse_template
 
     corpus = sorted((Path(__file__).parent.parent / "tests/scan/templates").glob("*.jinja"))
     if not corpus:

@@ -26,10 +26,16 @@ from specbundle.scan import (
     scan_tree,
     to_sarif,
 )
-from specbundle.scan.files import FilesCheck
 from specbundle.scan.inventory import walk_tree
+from specbundle.scan.names.check import FilesCheck
+from specbundle.scan.pickles.second_opinion import (
+    TOOLS,
+    SecondOpinionCheck,
+    Tool,
+    Verdict,
+    offline_prefix,
+)
 from specbundle.scan.runner import run_checks
-from specbundle.scan.second_opinion import TOOLS, SecondOpinionCheck, Tool, Verdict, offline_prefix
 from specbundle.spec import BundleSpec, parse_spec
 from tests.clihelp import run_cli
 from tests.scan import corpus
@@ -334,9 +340,9 @@ def test_second_opinion_is_not_started_past_its_size_cap(tmp_path: Path) -> None
 
 
 def test_pickle_bytes_of_a_torch_zip_are_its_pickle_members(tmp_path: Path) -> None:
-    from specbundle.scan.second_opinion import pickle_bytes
+    from specbundle.scan.pickles.second_opinion import pickle_bytes
+    from specbundle.scan.pickles.zipwalk import walk_zip
     from specbundle.scan.sniff import FileKind
-    from specbundle.scan.zipwalk import walk_zip
 
     corpus.torch_zip(tmp_path / "pytorch_model.bin")
     entries = walk_zip(tmp_path / "pytorch_model.bin").entries

@@ -119,7 +119,7 @@ def test_eagle3_bad_d2t(tmp_path: Path, d2t: np.ndarray | None, why: str) -> Non
 def test_eagle3_vocab_past_the_cap_is_not_read(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """d2t/t2d are read whole: a vocabulary past the cap is a HIGH finding, not a read."""
-    from specbundle.scan import compat
+    from specbundle.scan.compat import check as compat
 
     d2t, t2d = _good_d2t()
     t = corpus.hf_model(tmp_path / "target")

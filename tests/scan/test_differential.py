@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from specbundle.scan import ScanReport, Severity, scan_tree, to_sarif
-from specbundle.scan.gguf_reader import StringArray, read_gguf
+from specbundle.scan.formats.gguf_reader import StringArray, read_gguf
 from tests.scan import corpus, zipcraft
 from tests.scan.conftest import FAST
 from tests.scan.test_robustness import _mutate
@@ -139,7 +139,7 @@ def test_fast_opcode_decoder_agrees_with_genops() -> None:
     import pickle
     import pickletools
 
-    from specbundle.scan.pickle_ops import fast_ops
+    from specbundle.scan.pickles.ops import fast_ops
 
     rng = random.Random(11)
     objs: list[object] = [{"a": [1, 2.5, "x", b"y", None, True, (1, 2)], "b": {1, 2}},
@@ -169,9 +169,9 @@ def _reference_walk(data: bytes) -> tuple[object, ...]:
     """The walker's semantics one opcode at a time: ``fast_ops`` into ``_step``."""
     import io
 
-    from specbundle.scan import pickle_semantics as pw
-    from specbundle.scan.pickle_ops import fast_ops
-    from specbundle.scan.pickle_walker import TORCH_ALLOWED
+    from specbundle.scan.pickles import semantics as pw
+    from specbundle.scan.pickles.ops import fast_ops
+    from specbundle.scan.pickles.walker import TORCH_ALLOWED
 
     st = pw._State(TORCH_ALLOWED)
     complete, root, broken = False, None, False
@@ -193,7 +193,8 @@ def _reference_walk(data: bytes) -> tuple[object, ...]:
 
 def _loops() -> list[object]:
     """The hot loop's builds on this install: pure Python, and the compiled twin when built."""
-    from specbundle.scan import pickle_loop, pickle_walker
+    from specbundle.scan.pickles import loop as pickle_loop
+    from specbundle.scan.pickles import walker as pickle_walker
 
     return [pickle_loop] + ([pickle_walker._LOOP] if pickle_walker.NATIVE else [])
 
@@ -206,8 +207,8 @@ def test_walker_hot_loop_agrees_with_its_reference_semantics(
     import io
     import pickle
 
-    from specbundle.scan import pickle_walker
-    from specbundle.scan.pickle_walker import TORCH_ALLOWED, walk_pickle
+    from specbundle.scan.pickles import walker as pickle_walker
+    from specbundle.scan.pickles.walker import TORCH_ALLOWED, walk_pickle
 
     monkeypatch.setattr(pickle_walker, "_LOOP", loop)
 

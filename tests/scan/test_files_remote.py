@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specbundle.scan import Severity, scan_tree
-from specbundle.scan.files import name_problem
+from specbundle.scan.names.check import name_problem
 from tests.scan import corpus
 from tests.scan.conftest import FAST, ids
 

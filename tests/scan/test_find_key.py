@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from specbundle.scan.configs import find_key
+from specbundle.scan.configs.check import find_key
 
 
 def _reference(doc: Any, key: str, path: str = "") -> list[tuple[str, Any]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specbundle.scan import ScanReport, scan_tree
-from specbundle.scan.templates import analyse_template
+from specbundle.scan.templates.check import analyse_template
 from tests.scan import corpus
 from tests.scan.conftest import FAST, ids
 
@@ -120,7 +120,7 @@ def test_templates_past_the_scan_budget_are_blocked_not_analysed(tmp_path: Path)
 
 def test_one_template_in_many_places_is_analysed_once(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from specbundle.scan import templates
+    from specbundle.scan.templates import check as templates
 
     tpl = "{% for m in messages %}{{ m.content }}{% endfor %}"
     corpus.gguf_model(tmp_path / "model.gguf", template=tpl)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from specbundle.scan import ScanOptions, ScanReport, Severity, gguf_reader, scan_tree, to_sarif
+from specbundle.scan import ScanOptions, ScanReport, Severity, scan_tree, to_sarif
+from specbundle.scan.formats import gguf_reader
 from tests.scan import corpus, zipcraft
 from tests.scan.conftest import FAST, ids
 

@@ -82,15 +82,16 @@ def test_an_edited_source_falls_back_to_pure(tmp_path: Path,
                     reason="only where the install must have compiled the twins (CI)")
 def test_the_install_built_the_walker_twin() -> None:
     """CI installs with a compiler: a silently pure build would hide a 3x regression."""
-    from specbundle.scan import pickle_walker
+    from specbundle.scan.pickles import walker as pickle_walker
 
     assert pickle_walker.NATIVE, "the pickle walker's compiled twin was not built or is stale"
-    assert pickle_walker._LOOP.__name__ == "specbundle.scan.pickle_loop_native"
+    assert pickle_walker._LOOP.__name__ == "specbundle.scan.pickles.loop_native"
 
 
 def test_walker_results_do_not_depend_on_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
     """A blocked and a clean pickle get the same walk from both builds (when both exist)."""
-    from specbundle.scan import pickle_loop, pickle_walker
+    from specbundle.scan.pickles import loop as pickle_loop
+    from specbundle.scan.pickles import walker as pickle_walker
 
     hostile = b"\x80\x04\x8c\x02os\x94\x8c\x06system\x94\x93\x94\x8c\x02id\x94\x85\x94R\x94."
     clean = pickle.dumps({f"k{i}": [i, float(i), None] for i in range(3000)}, protocol=4)
@@ -103,4 +104,4 @@ def test_walker_results_do_not_depend_on_the_build(monkeypatch: pytest.MonkeyPat
         assert walks[0].blocked and ("os.system", 16) in walks[0].globals
         assert not walks[1].blocked and walks[1].complete
     assert all(r == results[0] for r in results)
-    assert sys.modules["specbundle.scan.pickle_loop"] is pickle_loop
+    assert sys.modules["specbundle.scan.pickles.loop"] is pickle_loop

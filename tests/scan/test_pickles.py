@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specbundle.scan import ScanReport, Severity, scan_tree
-from specbundle.scan.pickle_walker import TORCH_ALLOWED, looks_like_pickle, walk_pickle
+from specbundle.scan.pickles.walker import TORCH_ALLOWED, looks_like_pickle, walk_pickle
 from tests.scan import corpus
 from tests.scan.conftest import FAST, ids
 
@@ -183,7 +183,8 @@ def test_build_on_a_global_is_not_allowed(scan_one: Scan) -> None:
 def test_stack_limit_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from specbundle.scan import pickle_ops, pickle_walker
+    from specbundle.scan.pickles import ops as pickle_ops
+    from specbundle.scan.pickles import walker as pickle_walker
 
     # the hot loop checks its limits once per window of bytes: a stack past the limit is
     # reported within one window

@@ -31,7 +31,7 @@ import pytest
 from specbundle.pull.interface import RemoteFile
 from specbundle.pull.listing import UNSAFE_NAME_REASON, screen_listing
 from specbundle.scan import ScanReport, Severity, scan_tree
-from specbundle.scan.files import name_problem
+from specbundle.scan.names.check import name_problem
 from specbundle.text import hidden_chars
 
 Scan = Callable[..., ScanReport]

@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specbundle.scan import ScanReport, Severity, gguf_reader, scan_tree, to_sarif
-from specbundle.scan.gguf_header import _CHUNK, _duplicate_tokens
-from specbundle.scan.gguf_reader import StringArray
+from specbundle.scan import ScanReport, Severity, scan_tree, to_sarif
+from specbundle.scan.formats import gguf_reader
+from specbundle.scan.formats.gguf_header import _CHUNK, _duplicate_tokens
+from specbundle.scan.formats.gguf_reader import StringArray
 from tests.scan import corpus
 from tests.scan.conftest import FAST, ids
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from specbundle.scan.findings import Severity
-from specbundle.scan.templates import analyse_template
+from specbundle.scan.templates.check import analyse_template
 from tests.scan.test_template_engines import MESSAGES, _llama_render, jinja_render
 from tests.scan.test_template_engines import tiny_gguf as tiny_gguf
 

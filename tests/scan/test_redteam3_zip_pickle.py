@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from specbundle.scan import ScanReport, Severity
-from specbundle.scan.pickle_walker import TORCH_ALLOWED, walk_pickle
+from specbundle.scan.pickles.walker import TORCH_ALLOWED, walk_pickle
 from tests.scan import corpus
 from tests.scan.conftest import ids
 from tests.scan.corpus import _bu, _global

@@ -21,7 +21,7 @@ import pytest
 from specbundle.scan import ScanReport, Severity, scan_tree
 from specbundle.scan import interface as scan_interface
 from specbundle.scan import inventory as scan_inventory
-from specbundle.scan.files import name_problem
+from specbundle.scan.names.check import name_problem
 from specbundle.spec import SpecMethod
 from tests.scan import corpus
 from tests.scan.conftest import FAST, ids
@@ -388,8 +388,8 @@ def test_refused_names_take_no_part_in_collisions(tmp_path: Path) -> None:
     from dataclasses import replace
 
     from specbundle.record import SkippedFile
-    from specbundle.scan.files import FilesCheck
     from specbundle.scan.inventory import walk_tree
+    from specbundle.scan.names.check import FilesCheck
     from specbundle.scan.runner import run_checks
 
     _tree(tmp_path, {"config.json": "{}"})

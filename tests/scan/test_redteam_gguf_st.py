@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specbundle.scan import ScanReport, Severity, gguf_reader, scan_tree, to_sarif
+from specbundle.scan import ScanReport, Severity, scan_tree, to_sarif
 from specbundle.scan.findings import Finding, finding
+from specbundle.scan.formats import gguf_reader
 from tests.scan import corpus
 from tests.scan.conftest import FAST, ids
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from specbundle.scan import scan_tree, templates
+from specbundle.scan import scan_tree
 from specbundle.scan.findings import Severity
-from specbundle.scan.template_render import TrialEnvironment, force_branches, trial_render
-from specbundle.scan.templates import analyse_template
+from specbundle.scan.templates import check as templates
+from specbundle.scan.templates.check import analyse_template
+from specbundle.scan.templates.render import TrialEnvironment, force_branches, trial_render
 from tests.scan.conftest import FAST, ids
 
 HIDE = "{%% if messages|length > 99 %%}%s{%% endif %%}"

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from specbundle.scan import ScanReport, Severity, scan_tree
-from specbundle.scan.pickle_walker import looks_like_pickle
+from specbundle.scan.pickles.walker import looks_like_pickle
+from specbundle.scan.pickles.zipwalk import ZipAmbiguity, verify_crcs, walk_zip
 from specbundle.scan.sniff import FileKind, sniff_bytes
-from specbundle.scan.zipwalk import ZipAmbiguity, verify_crcs, walk_zip
 from tests.scan import corpus, zipcraft
 from tests.scan.conftest import FAST, ids
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from specbundle.scan import safetensors_header as sh
+from specbundle.scan.formats import safetensors_header as sh
 
 ROUNDS = 400
 

@@ -15,9 +15,9 @@ import pytest
 from jinja2 import nodes
 
 from specbundle.scan import scan_tree
-from specbundle.scan import template_policy as policy
-from specbundle.scan.template_render import TrialEnvironment
-from specbundle.scan.templates import analyse_template
+from specbundle.scan.templates import policy
+from specbundle.scan.templates.check import analyse_template
+from specbundle.scan.templates.render import TrialEnvironment
 from tests.scan.conftest import FAST, ids
 
 CORPUS = Path(__file__).parent / "templates"

@@ -18,7 +18,7 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from specbundle.scan.findings import Severity
-from specbundle.scan.templates import analyse_template
+from specbundle.scan.templates.check import analyse_template
 from tests._engine import EngineStartError, llama_server
 
 # name -> (hostile template, benign twin); the hostile one renders "only llama.cpp" (or

@@ -22,7 +22,7 @@ LENIENT: dict[str, str] = {
     "strict.py": "the strict parser itself",
     "scan/jsonfile.py": "the scanner's own strict parse, and the lenient read of configs that "
                         "the config check has already parsed strictly (and blocks on)",
-    "scan/configs.py": "the lenient readings (last or first duplicate wins, NaN, comments) that "
+    "scan/configs/check.py": "the lenient readings (last or first duplicate wins, NaN, comments) that "
                        "transformers and other readers make of a config the strict parse has "
                        "already refused (HIGH): searched so that a payload only they see is found",
     "render/lint.py": "JSON in a rendered engine argv, read as the engine's own json.loads",
@@ -31,8 +31,8 @@ LENIENT: dict[str, str] = {
     "render/vllm_oracle.py": "the last line our own oracle script prints",
     "render/_vllm_oracle_script.py": "runs inside the vLLM venv: our own request on stdin",
     "render/argrules.py": "a resource shipped inside the package",
-    "scan/second_opinion.py": "the last line a second-opinion tool prints about a file",
-    "scan/template_render.py": "transformers' from_json filter inside the template sandbox",
+    "scan/pickles/second_opinion.py": "the last line a second-opinion tool prints about a file",
+    "scan/templates/render.py": "transformers' from_json filter inside the template sandbox",
     "bench/client.py": "the streamed responses of the engine under measurement",
     "bench/native.py": "the streamed responses of the engine under measurement",
 }

@@ -5,6 +5,13 @@ what pull recorded as skipped), stores the report atomically at
 ``bundles/<name>/scan/report.json`` and appends a ``scan`` event; :func:`scan_tree` scans a
 plain directory (optionally with a draft directory) and stores nothing. Both return a frozen
 :class:`ScanReport`. Nothing is ever unpickled, executed, rendered or loaded as tensors.
+
+The package reads by what it judges: :mod:`.names` (file names and types), :mod:`.pickles`
+(pickles and zips), :mod:`.formats` (safetensors and GGUF), :mod:`.configs` (configs and
+remote code), :mod:`.templates` (chat templates) and :mod:`.compat` (draft against target),
+each behind the names its ``__init__`` lists. Beside them, what every check shares: findings,
+the check interface, the file inventory, type detection (:mod:`.sniff`), strict JSON, the
+runner with its explicit list of checks, and SARIF output.
 """
 
 from __future__ import annotations

@@ -9,8 +9,7 @@ from __future__ import annotations
 from specbundle import __version__
 from specbundle.mirror import utc_now
 from specbundle.scan.compat import CompatCheck
-from specbundle.scan.configs import ConfigCheck
-from specbundle.scan.files import FilesCheck
+from specbundle.scan.configs import ConfigCheck, RemoteCodeCheck
 from specbundle.scan.findings import (
     CheckOutcome,
     Finding,
@@ -21,13 +20,12 @@ from specbundle.scan.findings import (
     TemplateDigest,
     finding,
 )
-from specbundle.scan.gguf_header import GGUFCheck
+from specbundle.scan.formats import GGUFCheck, SafetensorsCheck
 from specbundle.scan.interface import Check, CheckContext, ScanOptions
 from specbundle.scan.inventory import ArtifactTree
-from specbundle.scan.pickles import PickleCheck
-from specbundle.scan.remote_code import RemoteCodeCheck
-from specbundle.scan.safetensors_header import SafetensorsCheck
-from specbundle.scan.second_opinion import SecondOpinionCheck
+from specbundle.scan.names import FilesCheck
+from specbundle.scan.pickles.check import PickleCheck
+from specbundle.scan.pickles.second_opinion import SecondOpinionCheck
 from specbundle.scan.templates import TemplateCheck
 from specbundle.spec import SpecMethod
 

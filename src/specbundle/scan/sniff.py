@@ -2,23 +2,38 @@
 
 Extensions lie (an ELF named ``tokenizer.model``, a pickle named ``weights.msgpack``), so every
 check that cares about a format asks :func:`sniff` instead of the name. Only a small head of the
-file is read.
+file is read, except where two formats claim the same bytes.
+
+Safetensors has no magic: its first 8 bytes are a length, and some lengths spell another
+format's magic (0x280 is a pickle PROTO 2, 0x5a4d is ``MZ``, 0x2123 is ``#!``). Such a file is
+judged by the structures that parse, not by the first magic that matches: the safetensors
+header must be a JSON object, the rival must parse as itself (pickle opcodes past the length
+field, an ELF ident, a PE header, an interpreter line...). One that parses wins; both parsing
+is a polyglot, which no name allows; neither leaves the magic in charge, as before.
 """
 
 from __future__ import annotations
 
+import io
 import re
 import struct
+import zlib
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
+from typing import IO
 
-from specbundle.scan.pickle_walker import looks_like_pickle
+from specbundle.scan.jsonfile import DuplicateKeys, loads_strict
+from specbundle.scan.pickles import looks_like_pickle
 
 __all__ = [
     "ARCHIVE_KINDS", "EXECUTABLE_KINDS", "FileKind", "expected_kinds", "sniff", "sniff_bytes",
 ]
 
 _HEAD = 64 * 1024
+# the largest safetensors header a collision is resolved by parsing (ScanOptions' default
+# limit); a longer one cannot be read by the scan, so the magic decides
+MAX_HEADER_PROBE = 100_000_000
 
 
 class FileKind(StrEnum):
@@ -44,6 +59,7 @@ class FileKind(StrEnum):
     BZIP2 = "bzip2"
     TAR = "tar"
     RAR = "rar"
+    POLYGLOT = "polyglot"
     UNKNOWN = "unknown-binary"
 
 
@@ -143,10 +159,8 @@ def _is_text(head: bytes) -> bool:
     return True
 
 
-def sniff_bytes(head: bytes, size: int) -> FileKind:
-    """Kind of a file from its first bytes and total size."""
-    if size == 0:
-        return FileKind.EMPTY
+def _magic(head: bytes) -> FileKind | None:
+    """The kind the first bytes claim by a magic number, if any."""
     if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
         return FileKind.PICKLE
     for magic, kind in _MAGIC:
@@ -154,8 +168,120 @@ def sniff_bytes(head: bytes, size: int) -> FileKind:
             return kind
     if len(head) > 262 and head[257:262] == b"ustar":
         return FileKind.TAR
-    if _is_safetensors(head, size):
-        return FileKind.SAFETENSORS
+    return None
+
+
+# Reads ``n`` bytes at an offset of the file (fewer at its end).
+_Read = Callable[[int, int], bytes]
+
+
+def _safetensors_parses(read: _Read) -> bool:
+    """Whether the file is a safetensors file: a length, then a JSON object that long."""
+    (n,) = struct.unpack("<Q", read(0, 8))
+    if n > MAX_HEADER_PROBE:
+        return False
+    raw = read(8, n)
+    try:
+        doc = loads_strict(raw)
+    except DuplicateKeys:
+        return True  # an object all the same (the safetensors check reports the duplicates)
+    except ValueError:  # UnicodeDecodeError and JSON errors alike
+        return False
+    return len(raw) == n and isinstance(doc, dict)
+
+
+def _pickle_parses(head: bytes, stream: IO[bytes], truncated: bool) -> bool:
+    """Whether the bytes are a pickle beyond the 8-byte length field: a pickle that ends inside
+    it is at most a constant (no import and call fits in 8 bytes), which no loader acts on."""
+    if looks_like_pickle(head[:8]):
+        return False
+    stream.seek(0)
+    return looks_like_pickle(stream, truncated=truncated)
+
+
+def _elf_parses(head: bytes) -> bool:
+    return head[4:5] in (b"\x01", b"\x02") and head[5:6] in (b"\x01", b"\x02") \
+        and head[6:7] == b"\x01"
+
+
+def _pe_parses(read: _Read) -> bool:
+    (lfanew,) = struct.unpack("<I", read(0x3C, 4).ljust(4, b"\xff"))
+    return read(lfanew, 4) == b"PE\x00\x00"
+
+
+def _script_parses(head: bytes) -> bool:
+    # the kernel's reading: an interpreter name after "#!" and blanks, before NUL or newline
+    rest = head[2:258].lstrip(b" \t")
+    return rest[:1] not in (b"", b"\x00", b"\n")
+
+
+def _gzip_parses(head: bytes) -> bool:
+    if head[2:3] != b"\x08" or head[3] & 0xE0:
+        return False
+    if head[3]:
+        return True  # optional fields: not followed here, so the claim stands
+    try:
+        zlib.decompressobj(-zlib.MAX_WBITS).decompress(head[10:])
+    except zlib.error:
+        return False
+    return True
+
+
+def _tar_parses(head: bytes) -> bool:
+    hdr = bytearray(head[:512])
+    try:
+        stored = int(hdr[148:156].split(b"\x00")[0].strip() or b"x", 8)
+    except ValueError:
+        return False
+    hdr[148:156] = b" " * 8
+    return stored == sum(hdr)
+
+
+def _rival_parses(kind: FileKind, head: bytes, read: _Read,
+                  pickle: Callable[[], bool]) -> bool:
+    """Whether a kind a magic claimed parses as that kind (formats whose magic a safetensors
+    length can spell; any other magic is long enough to be its own structure)."""
+    if kind is FileKind.PICKLE:
+        return pickle()
+    if kind is FileKind.ELF:
+        return _elf_parses(head)
+    if kind is FileKind.PE:
+        return _pe_parses(read)
+    if kind is FileKind.SCRIPT:
+        return _script_parses(head)
+    if kind is FileKind.GZIP:
+        return _gzip_parses(head)
+    if kind is FileKind.BZIP2:
+        return head[3:4] in tuple(b"%d" % i for i in range(1, 10))
+    if kind is FileKind.IMAGE and head.startswith(b"\xff\xd8\xff"):
+        return head[3] >= 0xC0  # a JPEG marker
+    if kind is FileKind.TAR:
+        return _tar_parses(head)
+    return True
+
+
+def _judge(head: bytes, size: int, read: _Read, pickle: Callable[[], bool]) -> FileKind | None:
+    """A file's kind where magic numbers, safetensors and pickle structure decide it; None
+    when none of them claims it."""
+    claimed = _magic(head)
+    if not _is_safetensors(head, size):
+        return claimed
+    if claimed is None:  # no magic: a pickle without PROTO is the one rival
+        if not pickle():
+            return FileKind.SAFETENSORS
+        return FileKind.POLYGLOT if _safetensors_parses(read) else FileKind.PICKLE
+    if not _safetensors_parses(read):
+        return claimed
+    return FileKind.POLYGLOT if _rival_parses(claimed, head, read, pickle) \
+        else FileKind.SAFETENSORS
+
+
+def _kind(head: bytes, size: int, read: _Read, pickle: Callable[[], bool]) -> FileKind:
+    if size == 0:
+        return FileKind.EMPTY
+    kind = _judge(head, size, read, pickle)
+    if kind is not None:
+        return kind
     if _is_sentencepiece(head):
         return FileKind.SENTENCEPIECE
     if looks_like_pickle(head, truncated=size > len(head)):
@@ -163,16 +289,32 @@ def sniff_bytes(head: bytes, size: int) -> FileKind:
     return FileKind.TEXT if _is_text(head) else FileKind.UNKNOWN
 
 
+def sniff_bytes(head: bytes, size: int) -> FileKind:
+    """Kind of a file from its first bytes and total size (what lies past them is unknown:
+    a structure that needs it does not parse)."""
+    truncated = size > len(head)
+    return _kind(head, size, lambda at, n: head[at:at + n],
+                 lambda: _pickle_parses(head, io.BytesIO(head), truncated))
+
+
 def sniff(path: Path) -> FileKind:
     """Kind of a file on disk from its first 64 KiB, and the whole stream for pickles.
 
     A protocol-0 pickle is text; whether text is a pickle is decided by parsing opcodes from
-    the start of the file for as long as they parse, never by a byte window.
+    the start of the file for as long as they parse, never by a byte window. Where two formats
+    claim the bytes, each structure is read as far as it takes to parse.
     """
     with path.open("rb") as fh:
         head = fh.read(_HEAD)
         size = fh.seek(0, 2)
-        kind = sniff_bytes(head, size)
+
+        def read(at: int, n: int) -> bytes:
+            if at + n <= len(head):
+                return head[at:at + n]
+            fh.seek(at)
+            return fh.read(n)
+
+        kind = _kind(head, size, read, lambda: _pickle_parses(head, fh, False))
         if kind in (FileKind.TEXT, FileKind.UNKNOWN) and size > len(head):
             fh.seek(0)
             if looks_like_pickle(fh):

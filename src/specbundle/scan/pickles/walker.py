@@ -7,7 +7,7 @@ walker keeps a tiny symbolic stack (strings, ints, globals, tuples, opaque value
 every callable a ``REDUCE``/``NEWOBJ``/``OBJ``/``INST`` would invoke is known by name;
 anything it cannot resolve, an unknown opcode or a broken stream is reported, never guessed.
 This module is the fast walk and its limits; the one-opcode semantics it inlines are
-:mod:`specbundle.scan.pickle_semantics`.
+:mod:`specbundle.scan.pickles.semantics`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import IO
 
 from specbundle import _native
-from specbundle.scan import pickle_loop
-from specbundle.scan.pickle_ops import BudgetExceeded, _Buffer, fast_ops
-from specbundle.scan.pickle_semantics import (
+from specbundle.scan.pickles import loop as pickle_loop
+from specbundle.scan.pickles.ops import BudgetExceeded, _Buffer, fast_ops
+from specbundle.scan.pickles.semantics import (
     _MAX_PROBLEMS,
     PickleProblem,
     _Global,
@@ -68,7 +68,7 @@ _QSCHEMES = ("per_tensor_affine", "per_channel_affine", "per_channel_affine_floa
 # What real torch.save output references (checked against torch 2.13's own writer; see
 # tests/scan/test_real_torch.py), a subset of torch.load(weights_only=True)'s list: data-only
 # reconstructors and constants. Everything else is blocked, whatever it is. Which of these may
-# be *called*, and with what, is narrowed further by pickle_semantics' call rules (a storage
+# be *called*, and with what, is narrowed further by semantics' call rules (a storage
 # class or torch.Tensor is an operand, never a callee; _codecs.encode only decodes latin-1).
 TORCH_ALLOWED: frozenset[str] = frozenset(
     {
@@ -134,7 +134,7 @@ class PickleWalk:
     root: object = None
     # what CPython's C unpickler reads otherwise than the opcode-by-opcode walk (frames that do
     # not tile the opcodes, text arguments only it reads), kept apart from ``problems``, which
-    # are the one-opcode semantics of pickle_semantics
+    # are the one-opcode semantics of :mod:`.semantics`
     reader_problems: tuple[PickleProblem, ...] = ()
 
     @property

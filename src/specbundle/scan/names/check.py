@@ -35,6 +35,7 @@ class FilesCheck(Check):
         "files.executable": "Executable (ELF, PE, Mach-O, shebang script)",
         "files.archive": "Archive that no serving engine reads",
         "files.magic-mismatch": "Content does not match what the file name says",
+        "files.polyglot": "Bytes that parse as safetensors and as another format (a polyglot)",
         "files.unknown-type": "A file type the scan does not know (fail closed)",
         "files.record-mismatch": "Mirrored tree differs from the bundle record",
         "files.skipped": "A file pull deliberately did not mirror (recorded)",
@@ -79,7 +80,11 @@ class FilesCheck(Check):
 
     def _type(self, rel: str, kind: FileKind) -> Iterator[Finding]:
         expected = expected_kinds(rel)
-        if kind in EXECUTABLE_KINDS and not (kind is FileKind.SCRIPT and rel.endswith(".py")):
+        if kind is FileKind.POLYGLOT:  # no name allows it: each loader would see another file
+            yield finding("files.polyglot", Severity.CRITICAL,
+                          "bytes parse as safetensors and as another format", rel,
+                          suffix=PurePosixPath(rel).suffix)
+        elif kind in EXECUTABLE_KINDS and not (kind is FileKind.SCRIPT and rel.endswith(".py")):
             yield finding("files.executable", Severity.CRITICAL,
                           f"executable content ({kind.value})", rel,
                           kind=kind.value, suffix=PurePosixPath(rel).suffix)

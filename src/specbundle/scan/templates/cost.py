@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from jinja2 import nodes
 
 from specbundle.scan.findings import Severity
-from specbundle.scan.template_allow import Problem
-from specbundle.scan.template_flow import NUMERIC
-from specbundle.scan.template_walk import Tree
+from specbundle.scan.templates.allow import Problem
+from specbundle.scan.templates.flow import NUMERIC
+from specbundle.scan.templates.walk import Tree
 
 __all__ = [
     "AMPLIFY_LIMIT", "COMPILE_LIMIT", "MAX_MACRO_DEPTH", "RANGE_LIMIT", "REPEAT_LIMIT",

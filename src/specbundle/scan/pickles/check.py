@@ -1,7 +1,7 @@
 """Pickle-bearing files: torch zip checkpoints, legacy torch files, raw pickles, object .npy.
 
 Whatever the name, a file whose bytes are a pickle (or a torch zip) is walked opcode by opcode
-with :mod:`specbundle.scan.pickle_walker` against an explicit allow-list; nothing is ever
+with :mod:`specbundle.scan.pickles.walker` against an explicit allow-list; nothing is ever
 unpickled. Policy on top: pickles are blocked unless the spec allows them, and never admitted
 next to safetensors of the same weights (pull does not mirror them then).
 """
@@ -24,8 +24,8 @@ from numpy.lib import format as npformat
 from specbundle.scan.findings import CheckOutcome, Finding, Severity, finding
 from specbundle.scan.interface import Check, CheckContext
 from specbundle.scan.inventory import ArtifactTree, TreeFile
-from specbundle.scan.pickle_ops import BudgetExceeded, fast_ops
-from specbundle.scan.pickle_walker import (
+from specbundle.scan.pickles.ops import BudgetExceeded, fast_ops
+from specbundle.scan.pickles.walker import (
     LEGACY_STORAGE_TYPES,
     NUMPY_ALLOWED,
     STORAGE_TYPES,
@@ -33,8 +33,7 @@ from specbundle.scan.pickle_walker import (
     PickleWalk,
     walk_pickle,
 )
-from specbundle.scan.sniff import FileKind
-from specbundle.scan.zipwalk import (
+from specbundle.scan.pickles.zipwalk import (
     ZipAmbiguity,
     ZipArchive,
     ZipEntry,
@@ -42,6 +41,7 @@ from specbundle.scan.zipwalk import (
     verify_crcs,
     walk_zip,
 )
+from specbundle.scan.sniff import FileKind
 
 __all__ = ["PickleCheck"]
 

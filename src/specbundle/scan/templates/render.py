@@ -1,6 +1,6 @@
 """A trial render of a chat template in a stricter sandbox, under a time and output budget.
 
-The static allow-list (:mod:`.template_policy`) decides what may appear; the trial render
+The static allow-list (:mod:`.policy`) decides what may appear; the trial render
 checks what actually happens with realistic inputs (conversations, tool calls, tool results,
 documents, reasoning), so that a name computed at run time is caught where it is used.
 The environment is Jinja's :class:`ImmutableSandboxedEnvironment` (what transformers renders
@@ -10,7 +10,7 @@ each attribute access, call and operator counts against a deadline; output is st
 capped. Only templates that passed the static check are rendered.
 
 The render also refuses what llama.cpp's own engine computes otherwise (a prompt, or a hidden
-instruction, only one engine shows): the rules live in :mod:`.template_cpp`; ``~`` and slices
+instruction, only one engine shows): the rules live in :mod:`.cpp`; ``~`` and slices
 are compiled through the environment (:class:`_Codegen`) to be seen at all.
 """
 
@@ -31,18 +31,18 @@ from jinja2.runtime import ChainableUndefined, Context, Undefined, str_join
 from jinja2.sandbox import ImmutableSandboxedEnvironment, modifies_known_mutable
 
 from specbundle.scan.findings import Severity
-from specbundle.scan.template_cpp import (
-    _CASE_FOLDING,
-    _EXACT,
-    _INT64,
-    _Differs,
-    _is_number,
-    _plain_test,
-    _same_in_cpp,
-    _same_in_cpp_text,
-    _same_text_op,
-    _text_differs,
-    _tojson,
+from specbundle.scan.templates.cpp import (
+    CASE_FOLDING,
+    EXACT,
+    INT64,
+    Differs,
+    is_number,
+    plain_test,
+    same_in_cpp,
+    same_in_cpp_text,
+    same_text_op,
+    text_differs,
+    tojson,
 )
 
 __all__ = ["SAMPLES", "TrialEnvironment", "force_branches", "trial_render"]
@@ -125,18 +125,18 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
         self.deadline_s, self.max_output = deadline_s, max_output
         self.violation: str | None = None
         self.ends = time.monotonic() + deadline_s
-        self.filters["tojson"] = _tojson
+        self.filters["tojson"] = tojson
         self.filters["from_json"] = json.loads
         for name in ("format", "attr", "xmlattr"):
             self.filters[name] = _denied(f"|{name}")
-        for name in _CASE_FOLDING:
-            self.filters[name] = _same_in_cpp(self.filters[name], name)
-        self.tests["number"] = _is_number
+        for name in CASE_FOLDING:
+            self.filters[name] = same_in_cpp(self.filters[name], name)
+        self.tests["number"] = is_number
         for name in ("mapping", "sequence", "iterable", "string"):
-            self.tests[name] = _plain_test(self.tests[name], name)
+            self.tests[name] = plain_test(self.tests[name], name)
         for name in ("length", "count", "upper", "lower", "trim", "int", "string"):
             if name in self.filters:
-                self.filters[name] = _same_in_cpp_text(self.filters[name], name)
+                self.filters[name] = same_in_cpp_text(self.filters[name], name)
         self.finalize = self._printed
         for name in ("replace", "indent", "join", "center", "wordwrap", "truncate"):
             if name in self.filters:
@@ -164,7 +164,7 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
         vals = [a for a in args if not hasattr(a, "environment")]  # skip eval contexts
         if name == "replace" and len(vals) >= 3 and all(isinstance(v, str) for v in vals[:3]):
             s, old, new = vals[:3]
-            _same_text_op("replace", s, None, (old,))
+            same_text_op("replace", s, None, (old,))
             hits = (len(s) + 1) if old == "" else s.count(old)
             if len(s) + hits * max(0, len(new) - len(old)) > self.max_output:
                 raise _Budget("replace beyond the output budget")
@@ -225,20 +225,20 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
         name = getattr(__obj, "__name__", None)
         if isinstance(getattr(__obj, "__self__", None), str) and name in (
                 "upper", "lower", "strip", "lstrip", "rstrip", "split", "replace"):
-            _same_text_op(str(name), __obj.__self__, out, args)
+            same_text_op(str(name), __obj.__self__, out, args)
         return out
 
     def _printed(self, value: Any) -> Any:
         # (a float only: real templates print none and dicts of the conversation, which
         # llama.cpp's engine writes otherwise all the same)
         if isinstance(value, float):
-            _text_differs(value, "printing")
+            text_differs(value, "printing")
         return value
 
     def text_of(self, parts: tuple[Any, ...]) -> str:
         """``a ~ b``: each part as text (see :class:`_Codegen`)."""
         for part in parts:
-            _text_differs(part, "'~' of")
+            text_differs(part, "'~' of")
         out = str_join(parts)
         self.size_check(out)
         return out
@@ -261,29 +261,29 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
         numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool)
                       for v in (left, right))
         if numbers and operator == "%" and out != math.fmod(left, right):
-            raise _Differs(f"{left} % {right} (the sign follows the divisor in Jinja, the "
-                           "dividend in llama.cpp's engine)")
+            raise Differs(f"{left} % {right} (the sign follows the divisor in Jinja, the "
+                          "dividend in llama.cpp's engine)")
         if numbers and isinstance(out, float):
-            _text_differs(out, f"'{operator}' giving")
-        if numbers and isinstance(out, int) and not -_INT64 <= out < _INT64:
-            raise _Differs("an integer past 64 bits (llama.cpp's engine wraps around)")
-        if numbers and isinstance(out, int) and not -_EXACT <= out <= _EXACT:
-            raise _Differs("an integer past 2**53 (llama.cpp's engine computes it as a "
-                           "double, rounded)")
+            text_differs(out, f"'{operator}' giving")
+        if numbers and isinstance(out, int) and not -INT64 <= out < INT64:
+            raise Differs("an integer past 64 bits (llama.cpp's engine wraps around)")
+        if numbers and isinstance(out, int) and not -EXACT <= out <= EXACT:
+            raise Differs("an integer past 2**53 (llama.cpp's engine computes it as a "
+                          "double, rounded)")
         return out
 
     def sliced(self, obj: Any, part: slice) -> Any:
         """``obj[a:b:c]`` (see :class:`_Codegen`)."""
         self.tick()
         if isinstance(obj, str):
-            _same_text_op("getitem", obj, None, ())
+            same_text_op("getitem", obj, None, ())
         return obj[part]
 
     def getitem(self, obj: Any, argument: Any) -> Any:
         if isinstance(obj, str) and isinstance(argument, int) and argument < 0:
-            raise _Differs("a negative index into a string (llama.cpp's engine gives '')")
+            raise Differs("a negative index into a string (llama.cpp's engine gives '')")
         if isinstance(obj, str) and isinstance(argument, (int, slice)):
-            _same_text_op("getitem", obj, None, ())
+            same_text_op("getitem", obj, None, ())
         return super().getitem(obj, argument)
 
 
@@ -364,7 +364,7 @@ def trial_render(ast: nodes.Template, env: TrialEnvironment) -> list[Problem]:
             _stream(template.generate(**_SPECIAL, **sample), env)
         except SecurityError as err:
             return [("template.sandbox", Severity.CRITICAL, f"trial render: {err}")]
-        except _Differs as err:
+        except Differs as err:
             return [("template.engine-differs", Severity.HIGH, f"trial render: {err}")]
         except _Budget as err:
             return [("template.resource", Severity.HIGH, f"trial render: {err}")]

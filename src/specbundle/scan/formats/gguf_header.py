@@ -1,6 +1,6 @@
 """GGUF files: header bounds, the types llama.cpp asserts, tensor layout and coverage.
 
-Parsing lives in :mod:`specbundle.scan.gguf_reader`. On top of it, a file is accepted only if
+Parsing lives in :mod:`.gguf_reader`. On top of it, a file is accepted only if
 llama.cpp reads it as gguf-py does: keys llama.cpp fetches with a fixed type (``gguf_get_val_u32``
 and friends assert it, ``gguf_get_arr_data`` reads scores and token types as raw float/int
 arrays of the vocabulary's length) must have that type; tensor data must sit exactly where
@@ -33,7 +33,7 @@ import numpy.typing as npt
 from gguf import GGUFValueType
 
 from specbundle.scan.findings import CheckOutcome, Finding, Severity, finding
-from specbundle.scan.gguf_reader import (
+from specbundle.scan.formats.gguf_reader import (
     GGUFFormatError,
     GGUFHeader,
     GGUFTensor,

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from jinja2 import nodes
 
-from specbundle.scan.template_allow import ALLOWED_METHODS, ENV_GLOBALS
-from specbundle.scan.template_walk import Tree
+from specbundle.scan.templates.allow import ALLOWED_METHODS, ENV_GLOBALS
+from specbundle.scan.templates.walk import Tree
 
 __all__ = [
     "BUILT", "DATA", "LOOKUPS", "MAX_CONSTANTS", "NUMERIC", "OBJECT", "OBJECT_TEXT", "PASSES",

@@ -13,13 +13,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from specbundle.scan.compat_vocab import compare_gguf_vocab, compare_tokenizers
+from specbundle.scan.compat.vocab import compare_gguf_vocab, compare_tokenizers
 from specbundle.scan.configs import load_config
 from specbundle.scan.findings import CheckOutcome, Finding, Severity, finding
-from specbundle.scan.gguf_header import GGUFHeader, load_gguf
+from specbundle.scan.formats import GGUFHeader, StHeader, load_gguf, read_header, tensor_bytes
 from specbundle.scan.interface import Check, CheckContext
 from specbundle.scan.inventory import ArtifactTree, TreeFile
-from specbundle.scan.safetensors_header import StHeader, read_header, tensor_bytes
 from specbundle.spec import SpecMethod
 
 __all__ = ["EAGLE3_ARCHITECTURES", "EAGLE_ARCHITECTURES", "CompatCheck", "draft_kind"]

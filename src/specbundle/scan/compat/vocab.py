@@ -17,7 +17,7 @@ import numpy as np
 
 from specbundle.digest import hash_file, sha256_bytes
 from specbundle.scan.findings import Finding, Severity, finding
-from specbundle.scan.gguf_header import GGUFHeader, StringArray
+from specbundle.scan.formats import GGUFHeader, StringArray
 from specbundle.scan.inventory import ArtifactTree, TreeFile
 from specbundle.scan.jsonfile import load_json
 

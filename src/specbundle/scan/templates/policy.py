@@ -4,13 +4,13 @@ Looking for dangerous *names* fails against computed names (``x["__in" ~ "it__"]
 ``dict(__init__=1)|first``, ``"%c%cinit%c%c"|format(95, ...)``, ``map(attribute=...)``,
 ``map("attr", ...)``). So the check is by construction instead: every AST node type, filter,
 test, global and method must be one that real chat templates use (the lists are in
-:mod:`.template_allow`), every attribute must be a data key or an allowed Python attribute,
+:mod:`.allow`), every attribute must be a data key or an allowed Python attribute,
 every key, attribute name and filter/test name given as an argument must be a constant, and no
 string may be built and then used as a key or a format string (where a value may come from is
-:mod:`.template_flow`'s analysis). The same goes for attribute names given positionally
+:mod:`.flow`'s analysis). The same goes for attribute names given positionally
 (``sort(false, false, k)``) and for filters reached through ``map("map", ...)``. Costs a
 template can run up without a sample conversation reaching them are refused statically
-(:mod:`.template_cost`). This module is the walk that applies all of it, node by node.
+(:mod:`.cost`). This module is the walk that applies all of it, node by node.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 from jinja2 import nodes
 
 from specbundle.scan.findings import Severity
-from specbundle.scan.template_allow import (
+from specbundle.scan.templates.allow import (
     ALLOWED_FILTERS,
     ALLOWED_GLOBALS,
     ALLOWED_METHODS,
@@ -34,7 +34,7 @@ from specbundle.scan.template_allow import (
     Problem,
     attr_problem,
 )
-from specbundle.scan.template_cost import (
+from specbundle.scan.templates.cost import (
     AMPLIFY_LIMIT,
     RANGE_LIMIT,
     REPEAT_LIMIT,
@@ -46,8 +46,8 @@ from specbundle.scan.template_cost import (
     self_references,
     too_large,
 )
-from specbundle.scan.template_flow import LOOKUPS, PASSES, Origins, TooComplex, influenced
-from specbundle.scan.template_walk import Tree
+from specbundle.scan.templates.flow import LOOKUPS, PASSES, Origins, TooComplex, influenced
+from specbundle.scan.templates.walk import Tree
 
 __all__ = [
     "ALLOWED_FILTERS", "ALLOWED_GLOBALS", "ALLOWED_METHODS", "ALLOWED_NODES", "ALLOWED_TESTS",
@@ -201,7 +201,7 @@ class _Context:
         self._private: dict[int, tuple[frozenset[str], list[str]]] = {}
 
     def int_value(self, e: nodes.Node) -> int | None:
-        """:func:`.template_cost.int_value`, once per node."""
+        """:func:`.cost.int_value`, once per node."""
         return int_value(e, self.ints, self._ints)
 
     def private_constants(self, consts: frozenset[str]) -> list[str]:

@@ -36,8 +36,8 @@ from typing import ClassVar
 
 from specbundle.scan.findings import CheckOutcome, Finding, SecondOpinion, Severity, finding
 from specbundle.scan.interface import Check, CheckContext
+from specbundle.scan.pickles.zipwalk import ZipAmbiguity, walk_zip
 from specbundle.scan.sniff import FileKind
-from specbundle.scan.zipwalk import ZipAmbiguity, walk_zip
 
 __all__ = ["TOOLS", "SecondOpinionCheck", "Tool", "Verdict", "offline_prefix", "pickle_bytes",
            "run_tool"]

@@ -4,13 +4,13 @@ Pure Python it walks ~15 MB/s of small opcodes; the build compiles an exact copy
 with mypyc (``hatch_build.py``: no hand-written C, the same typed source) to ~3x that, and
 :mod:`specbundle._native` uses the copy only when its recorded digest matches this file's bytes,
 so an edited source never runs stale compiled code. Everything here must stay valid for mypyc:
-typed locals, no dynamic tricks. :mod:`specbundle.scan.pickle_walker` is the API.
+typed locals, no dynamic tricks. :mod:`specbundle.scan.pickles.walker` is the API.
 """
 
 from __future__ import annotations
 
-from specbundle.scan.pickle_ops import _I4, _OPS, _U4, _U8, _Buffer, decode_arg
-from specbundle.scan.pickle_semantics import (
+from specbundle.scan.pickles.ops import _I4, _OPS, _U4, _U8, _Buffer, decode_arg
+from specbundle.scan.pickles.semantics import (
     _OPAQUE,
     _Global,
     _State,

@@ -2,10 +2,10 @@
 
 Templates are code the serving engine executes for every request (CVE-2024-34359 in a GGUF
 template; sandbox escapes such as CVE-2025-27516 go through ``|attr``), so a template may only
-use what real chat templates use (:mod:`.template_policy`: node types, filters, tests, globals,
+use what real chat templates use (:mod:`.policy`: node types, filters, tests, globals,
 methods, constant keys) and must then render a set of sample conversations in a stricter
 sandbox without touching a private attribute or a string-formatting path, within a time and
-output budget (:mod:`.template_render`). Each template's digest is recorded so that any later
+output budget (:mod:`.render`). Each template's digest is recorded so that any later
 change (an inference-time backdoor) is visible in the signed report. Templates are found in
 every JSON/YAML config at any depth, in every ``*.jinja`` file and in GGUF metadata.
 """
@@ -24,17 +24,13 @@ from jinja2.exceptions import TemplateSyntaxError
 from specbundle.digest import hash_file, sha256_bytes
 from specbundle.scan.configs import find_key, is_config, load_config
 from specbundle.scan.findings import CheckOutcome, Finding, Severity, TemplateDigest, finding
-from specbundle.scan.gguf_header import load_gguf
+from specbundle.scan.formats import load_gguf
 from specbundle.scan.interface import Check, CheckContext
 from specbundle.scan.inventory import ArtifactTree
 from specbundle.scan.sniff import FileKind
-from specbundle.scan.template_policy import lexical_problems, policy_problems
-from specbundle.scan.template_render import (
-    TrialEnvironment,
-    force_branches,
-    trial_render,
-)
-from specbundle.scan.template_walk import Tree
+from specbundle.scan.templates.policy import lexical_problems, policy_problems
+from specbundle.scan.templates.render import TrialEnvironment, force_branches, trial_render
+from specbundle.scan.templates.walk import Tree
 
 __all__ = ["EVERY_BRANCH_MAX_BYTES", "TemplateCheck", "analyse_template", "template_changes"]
 

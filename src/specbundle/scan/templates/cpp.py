@@ -1,5 +1,5 @@
 """What llama.cpp's own C++ template engine computes otherwise than Jinja2, checked in the
-trial render (:mod:`.template_render`) on the values it actually meets.
+trial render (:mod:`.render`) on the values it actually meets.
 
 A template that renders one prompt in transformers/vLLM and another in llama-server can show a
 hidden instruction to one engine only. Each rule here was confirmed on llama-server
@@ -18,18 +18,21 @@ from typing import Any
 
 from jinja2.runtime import Undefined
 
+__all__ = ["CASE_FOLDING", "EXACT", "INT64", "Differs", "is_number", "plain_test", "same_in_cpp",
+           "same_in_cpp_text", "same_text_op", "text_differs", "tojson"]
 
-class _Differs(Exception):
+
+class Differs(Exception):
     """The render did something llama.cpp's engine evaluates differently (checked on
     llama-server: tests/scan/test_template_engines.py)."""
 
 
-_INT64 = 1 << 63
-_EXACT = 1 << 53  # the largest integer a double holds exactly
-_CASE_FOLDING = ("sort", "min", "max", "unique", "dictsort")  # case_sensitive=False default
+INT64 = 1 << 63
+EXACT = 1 << 53  # the largest integer a double holds exactly
+CASE_FOLDING = ("sort", "min", "max", "unique", "dictsort")  # case_sensitive=False default
 
 
-def _same_in_cpp(fn: Any, name: str) -> Any:
+def same_in_cpp(fn: Any, name: str) -> Any:
     """A filter Jinja runs case-insensitively by default, llama.cpp's engine by byte order:
     a result that depends on which is a differential."""
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -42,8 +45,8 @@ def _same_in_cpp(fn: Any, name: str) -> Any:
         except TypeError:
             exact = None
         if exact is not None and exact != list(out):
-            raise _Differs(f"|{name} of strings differing in case (Jinja ignores case, "
-                           "llama.cpp's engine does not)")
+            raise Differs(f"|{name} of strings differing in case (Jinja ignores case, "
+                          "llama.cpp's engine does not)")
         return out
     for attr in ("jinja_pass_arg",):
         if hasattr(fn, attr):
@@ -64,27 +67,27 @@ def _ascii_case(s: str, upper: bool) -> str:
     return s.translate(table)
 
 
-def _same_text_op(name: str, s: str, out: Any, args: tuple[Any, ...]) -> None:
+def same_text_op(name: str, s: str, out: Any, args: tuple[Any, ...]) -> None:
     """A string operation llama.cpp's engine runs on bytes, ASCII case and ASCII blanks: a
     result that differs from Python's (code points, Unicode case and blanks) is a
     differential (checked on llama-server: tests/scan/test_redteam3_templates.py)."""
     if name in ("length", "count", "getitem") and not s.isascii():
-        raise _Differs(f"{name} of a non-ASCII string (code points in Jinja, bytes in "
-                       "llama.cpp's engine)")
+        raise Differs(f"{name} of a non-ASCII string (code points in Jinja, bytes in "
+                      "llama.cpp's engine)")
     if name in ("upper", "lower") and out != _ascii_case(s, name == "upper"):
-        raise _Differs(f"|{name} of a non-ASCII letter (Jinja maps Unicode case, llama.cpp's "
-                       "engine ASCII only)")
+        raise Differs(f"|{name} of a non-ASCII letter (Jinja maps Unicode case, llama.cpp's "
+                      "engine ASCII only)")
     if name in ("trim", "strip", "lstrip", "rstrip") and not (args and args[0] is not None):
         cpp = {"lstrip": s.lstrip, "rstrip": s.rstrip}.get(name, s.strip)(_CPP_SPACE)
         if out != cpp:
-            raise _Differs(f"{name} of a blank other than ASCII whitespace (Jinja strips "
-                           "Unicode blanks, llama.cpp's engine ASCII ones)")
+            raise Differs(f"{name} of a blank other than ASCII whitespace (Jinja strips "
+                          "Unicode blanks, llama.cpp's engine ASCII ones)")
     if name == "split" and not (args and args[0] is not None) and out != s.split(" "):
-        raise _Differs("split() without a separator of other than single spaces (Jinja "
-                       "splits on runs of blanks, llama.cpp's engine on each space)")
+        raise Differs("split() without a separator of other than single spaces (Jinja "
+                      "splits on runs of blanks, llama.cpp's engine on each space)")
     if name == "replace" and args and args[0] == "" and not s.isascii():
-        raise _Differs("replace of '' in a non-ASCII string (between code points in Jinja, "
-                       "bytes in llama.cpp's engine)")
+        raise Differs("replace of '' in a non-ASCII string (between code points in Jinja, "
+                      "bytes in llama.cpp's engine)")
 
 
 _PLAIN = (str, int, float, bool, type(None), list, tuple, dict, Undefined)
@@ -95,42 +98,42 @@ def _plain(value: Any, how: str) -> None:
     dicts (``is mapping``, their text), its filters give lists where Jinja gives generators
     (``is sequence``, their text), its ranges lists (checked on llama-server)."""
     if not isinstance(value, _PLAIN):
-        raise _Differs(f"{how} a {type(value).__name__} (another type in llama.cpp's engine: "
-                       "a dict or a list)")
+        raise Differs(f"{how} a {type(value).__name__} (another type in llama.cpp's engine: "
+                      "a dict or a list)")
 
 
-def _text_differs(value: Any, how: str) -> None:
+def text_differs(value: Any, how: str) -> None:
     """A value printed (``{{ }}``) or joined (``~``) whose text llama.cpp's engine writes
     otherwise: None (``''`` there), a container (no brackets or quotes there), a float Python
     writes with more digits than C++'s shortest form."""
     _plain(value, how)
     if value is None:
-        raise _Differs(f"{how} none ('None' in Jinja, '' in llama.cpp's engine)")
+        raise Differs(f"{how} none ('None' in Jinja, '' in llama.cpp's engine)")
     if isinstance(value, (list, tuple, dict)):
-        raise _Differs(f"{how} a {type(value).__name__} (Python's repr in Jinja, other text "
-                       "in llama.cpp's engine)")
+        raise Differs(f"{how} a {type(value).__name__} (Python's repr in Jinja, other text "
+                      "in llama.cpp's engine)")
     if isinstance(value, float) and repr(value) not in (short := f"{value:.15g}",
                                                          short + ".0"):
-        raise _Differs(f"{how} the float {value!r} (llama.cpp's engine writes {short})")
+        raise Differs(f"{how} the float {value!r} (llama.cpp's engine writes {short})")
 
 
-def _same_in_cpp_text(fn: Any, name: str) -> Any:
+def same_in_cpp_text(fn: Any, name: str) -> Any:
     """A filter whose result llama.cpp's engine computes otherwise for some inputs."""
     def run(*args: Any, **kwargs: Any) -> Any:
         value = args[0] if args else None
         if name == "int" and isinstance(value, str) and not _CPP_INT.fullmatch(value):
-            raise _Differs(f"|int of {value[:20]!r} (Python's int() and float() read it, "
-                           "llama.cpp's engine another way)")
+            raise Differs(f"|int of {value[:20]!r} (Python's int() and float() read it, "
+                          "llama.cpp's engine another way)")
         if name in ("default", "d") and value is None and not (
                 len(args) > 2 and args[2]) and not kwargs.get("boolean"):
-            raise _Differs("|default of none (kept in Jinja, replaced in llama.cpp's engine)")
+            raise Differs("|default of none (kept in Jinja, replaced in llama.cpp's engine)")
         if name == "string":
             _plain(value, "|string of")
             if isinstance(value, float):
-                _text_differs(value, "|string of")
+                text_differs(value, "|string of")
         out = fn(*args, **kwargs)
         if isinstance(value, str):
-            _same_text_op(name, value, out, args[1:])
+            same_text_op(name, value, out, args[1:])
         return out
     for attr in ("jinja_pass_arg",):
         if hasattr(fn, attr):
@@ -138,16 +141,16 @@ def _same_in_cpp_text(fn: Any, name: str) -> Any:
     return run
 
 
-def _plain_test(fn: Any, name: str) -> Any:
+def plain_test(fn: Any, name: str) -> Any:
     def run(value: Any, *args: Any) -> Any:
         _plain(value, f"'is {name}' of")
         return fn(value, *args)
     return run
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     if isinstance(value, bool):
-        raise _Differs("'is number' of a boolean (true in Jinja, false in llama.cpp's engine)")
+        raise Differs("'is number' of a boolean (true in Jinja, false in llama.cpp's engine)")
     return isinstance(value, (int, float, complex))
 
 
@@ -162,11 +165,11 @@ def _integral_float(value: Any, depth: int = 0) -> bool:
                                                      for v in value)
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+def tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: Any = None, sort_keys: bool = False) -> str:
     # transformers' tojson signature (the builtin one takes no ensure_ascii)
     if _integral_float(value):
-        raise _Differs("|tojson of an integral float ('1.0' in Jinja, '1' in llama.cpp's "
-                       "engine)")
+        raise Differs("|tojson of an integral float ('1.0' in Jinja, '1' in llama.cpp's "
+                      "engine)")
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
                       separators=tuple(separators) if separators else None, sort_keys=sort_keys)

@@ -1,6 +1,6 @@
 """The pickle walker's reference semantics: one opcode at a time, on a symbolic stack.
 
-The walker (:mod:`specbundle.scan.pickle_walker`) applies the opcodes checkpoints are made of
+The walker (:mod:`specbundle.scan.pickles.walker`) applies the opcodes checkpoints are made of
 inline for speed and hands every other one to :func:`_step`; a test holds the inline ones to
 :func:`_step` over mutated pickles. Values are strings, ints, globals, tuples and an opaque
 value for everything else; MARKs live beside the stack, as both CPython unpicklers keep them.
@@ -70,7 +70,7 @@ class _State:
     problems: list[PickleProblem] = field(default_factory=list)
     pids: list[tuple[object, ...]] = field(default_factory=list)
     # (position, length) of every FRAME: where they end is checked against the opcodes after
-    # the walk (pickle_walker.frame_problems), as a reader that buffers whole frames reads them
+    # the walk (walker.frame_problems), as a reader that buffers whole frames reads them
     frames: list[tuple[int, int]] = field(default_factory=list)
     pos: int = 0
 

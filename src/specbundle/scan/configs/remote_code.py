@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Any, ClassVar
 
-from specbundle.scan.configs import find_key, is_config, load_config
+from specbundle.scan.configs.check import find_key, is_config, load_config
 from specbundle.scan.findings import CheckOutcome, Finding, Severity, finding
 from specbundle.scan.interface import Check, CheckContext
 from specbundle.scan.inventory import ArtifactTree
