@@ -29,6 +29,17 @@ def test_vllm_counters_sum_engines_and_skip_created_samples() -> None:
     assert r.kv_capacity_tokens == 27189 * 16
 
 
+def test_kv_usage_is_the_fullest_rank_never_a_sum_past_one() -> None:
+    """With DP (vLLM engines) or several ranks (SGLang) each label set is a ratio: the sum
+    could exceed 1; the fullest rank is the one that preempts."""
+    text = ('vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.75\n'
+            'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.5\n')
+    assert READERS["vllm"].read(parse_scrape(text)).kv_usage == 0.75
+    text = ('sglang:token_usage{dp_rank="0",pp_rank="0"} 0.5\n'
+            'sglang:token_usage{dp_rank="1",pp_rank="0"} 0.625\n')
+    assert READERS["sglang"].read(parse_scrape(text)).kv_usage == 0.625
+
+
 def test_vllm_wire_format_from_prometheus_client_itself() -> None:
     """vLLM exports through prometheus_client: the same library produces the same text."""
     reg = CollectorRegistry()

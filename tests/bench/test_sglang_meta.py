@@ -141,7 +141,7 @@ def _app(stub: SGLangStub) -> web.Application:
     app.router.add_post("/generate", _generate)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/health", _health)
-    app.router.add_get("/get_server_info", _server_info)
+    app.router.add_get("/server_info", _server_info)  # 0.5.23 (get_server_info: deprecated)
     return app
 
 

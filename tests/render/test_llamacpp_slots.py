@@ -74,7 +74,7 @@ def test_kv_unified_is_rendered_and_lets_each_slot_use_the_pool(
 def pair_argv(module_tmp: Path) -> tuple[str, ...]:
     """The baseline arm of a rendered tiny pair (P95 8: 16 slots), from the mirror alone."""
     pair = make_pair(module_tmp / "pair", seed=3, hidden_size=64, intermediate_size=128,
-                     target_layers=1, draft_layers=1)
+                     target_layers=2, draft_layers=1)
     spec = parse_spec({
         "apiVersion": "specbundle/v1", "metadata": {"name": "slots"},
         "target": {"repo": "synth/target", "source": f"dir:{pair.target_dir}",

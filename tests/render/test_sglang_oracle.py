@@ -191,7 +191,10 @@ def test_where_adaptive_is_dropped_the_spec_chain_runs_not_sglangs_tree(
         assert _tree(r) == (k, 1, k + 1), case
         msg = [f.message for f in lint.findings if f.rule == "sglang-adaptive-disabled"]
         assert msg and f"({k} steps, topk 1" in msg[0], case
-    assert verdicts["eagle-adaptive-dp"][2]["resolved"]["attn_dp_size"] == 2
+    argv, _, r = verdicts["eagle-adaptive-dp"]
+    assert r["resolved"]["attn_dp_size"] == 2 and r["resolved"]["dp_size"] == 1
+    assert "--enable-dp-attention" not in argv  # deprecated in 0.5.23: --attn-dp-size
+    assert not any("dp_attention" in w or "dp-attention" in w for w in r["warnings"]), r
 
 
 def test_resolved_overlap_scheduler_matches_the_spec(verdicts: dict[str, Any]) -> None:
@@ -251,7 +254,8 @@ def test_feature_table_row_matches_the_installed_release(verdicts: dict[str, Any
     from tests.render._sglang import VENV
 
     assert DEFAULT_VERSION == "0.5.23" and FEATURES["0.5.23"] == frozenset(
-        {"dflash", "adaptive", "meta-counts", "retract-counter", "cuda-graph-split"})
+        {"dflash", "adaptive", "meta-counts", "retract-counter", "cuda-graph-split",
+         "attn-dp-size"})
     src = next(VENV.glob("lib/python3*/site-packages/sglang/srt"))
     assert "spec_num_proposed_drafts" in (src / "managers/tokenizer_manager.py").read_text()
     collector = (src / "observability/metrics_collector.py").read_text()

@@ -150,7 +150,8 @@ class VllmAdapter:
 
 
 class SGLangAdapter:
-    """SGLang: acceptance from native ``/generate`` ``meta_info``; KV from ``/get_server_info``.
+    """SGLang: acceptance from native ``/generate`` ``meta_info``; KV from ``/server_info``
+    (0.5.23 deprecates ``/get_server_info``, an alias that logs a warning on every call).
 
     Its ``/metrics`` has gauges only (kept as a labelled cross-check), so measurement
     requests go through ``/generate`` whose final ``meta_info`` carries each request's
@@ -158,7 +159,7 @@ class SGLangAdapter:
     """
 
     name: str = "sglang"
-    props_path: str | None = "/get_server_info"
+    props_path: str | None = "/server_info"
     serves_gguf: bool = False
 
     def request_extras(self) -> Mapping[str, Any]:

@@ -63,6 +63,12 @@ class Scrape:
                 if n == name and all(dict(labels).get(k) == x for k, x in match.items())]
         return float(sum(vals)) if vals else None
 
+    def peak(self, name: str) -> float | None:
+        """Largest value over label sets: for a ratio per engine/rank (KV usage with DP or
+        PP), which a sum would push past 1; the fullest rank is the one that preempts."""
+        vals = [v for n, _, v in self.samples if n == name]
+        return float(max(vals)) if vals else None
+
     def by_label(self, name: str, label: str) -> dict[str, float]:
         """Values of ``name`` summed per value of ``label`` (e.g. per ``position``)."""
         out: dict[str, float] = {}
@@ -163,9 +169,9 @@ class VllmMetrics:
     def read(self, s: Scrape) -> EngineReading:
         """Sum every ``engine`` label; KV capacity from ``vllm:cache_config_info``
         (``kv_cache_size_tokens``, else ``num_gpu_blocks`` × ``block_size``)."""
-        usage = s.total("vllm:kv_cache_usage_perc")
+        usage = s.peak("vllm:kv_cache_usage_perc")
         if usage is None:
-            usage = s.total("vllm:gpu_cache_usage_perc")
+            usage = s.peak("vllm:gpu_cache_usage_perc")
         cap = 0.0
         infos = s.label_sets("vllm:cache_config_info")
         for lab in infos:
@@ -234,7 +240,7 @@ class SGLangMetrics:
             engine=self.engine, spec=None,
             preemptions=s.total("sglang:num_retracted_requests_total"),
             generation_tokens=s.total("sglang:generation_tokens_total"),
-            kv_usage=s.total("sglang:token_usage"), kv_capacity_tokens=None, gauges=gauges,
+            kv_usage=s.peak("sglang:token_usage"), kv_capacity_tokens=None, gauges=gauges,
             counters_comparable=False,
             note=f"SGLang reports acceptance as last-interval gauges: {NOT_COMPARABLE}",
         )

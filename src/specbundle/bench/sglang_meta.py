@@ -289,7 +289,7 @@ def meta_acceptance(deltas: Sequence[WindowDelta], runs: Sequence[LevelRun], *,
 
 
 def chain_only(acc: Acceptance, props: Mapping[str, Any] | None) -> Acceptance:
-    """α solved from τ assumes a chain; with the tree SGLang resolved (``/get_server_info``:
+    """α solved from τ assumes a chain; with the tree SGLang resolved (``/server_info``:
     topk > 1, e.g. NGRAM's breadth 10 or an auto-chosen (5, 4, 8)) it is not reported."""
     topk = (props or {}).get("speculative_eagle_topk")
     if not isinstance(topk, int) or topk <= 1 or acc.alpha is None:

@@ -135,7 +135,8 @@ SGLANG_FLAGS: dict[str, ArgRule] = {
     "--tp-size": _r("int", minimum=1, aliases=("--tensor-parallel-size",)),
     "--pp-size": _r("int", minimum=1, aliases=("--pipeline-parallel-size",)),
     "--dp-size": _r("int", minimum=1, aliases=("--data-parallel-size",)),
-    "--enable-dp-attention": _r("bool"),
+    "--enable-dp-attention": _r("bool"),  # deprecated in 0.5.23 for --attn-dp-size
+    "--attn-dp-size": _r("int", minimum=1, aliases=("--attention-data-parallel-size",)),
     "--enable-dp-lm-head": _r("bool"),
     "--max-running-requests": _r("int", minimum=1),
     "--mem-fraction-static": _r("float", minimum=0, gt=True),

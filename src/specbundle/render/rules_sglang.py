@@ -170,13 +170,22 @@ def dflash_width(inp: LintInput) -> Iterator[Finding]:
 
 
 def removed_flags(inp: LintInput) -> Iterator[Finding]:
-    """Flags SGLang 0.5.23 does not have: argparse refuses them and the server never starts."""
+    """Flags SGLang 0.5.23 does not have: argparse refuses them and the server never starts;
+    deprecated ones still start but are due for removal."""
+    s = inp.spec.engines.sglang
     for a in inp.argv(S):
         name = a.split("=", 1)[0]
         if name in _REMOVED:
             yield finding("sglang-removed-flag", "error", f"argv: {name}",
                           f"SGLang 0.5.23 has no {name}; it refuses to start.",
                           f"use {_REMOVED[name]}", S)
+    for a in s.extra_args if s is not None else ():
+        if a.split("=", 1)[0] == "--enable-dp-attention":
+            yield finding("sglang-removed-flag", "warning", "engines.sglang.extra_args",
+                          "--enable-dp-attention is deprecated in SGLang 0.5.23 (removal due "
+                          "after 2026-12-31): --dp-size N with it means --attn-dp-size N.",
+                          "set engines.sglang.enable_dp_attention: render writes "
+                          "--attn-dp-size", S)
 
 
 SGLANG_RULES: dict[str, Rule] = {

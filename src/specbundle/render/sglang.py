@@ -19,6 +19,7 @@ from __future__ import annotations
 from specbundle.errors import RenderError
 from specbundle.render._command import assemble, python_probe, settings_of
 from specbundle.render.interface import EngineContext, ServeCommand
+from specbundle.render.sglang_versions import DEFAULT_VERSION, has_feature, image_version
 from specbundle.spec import BundleSpec, EngineName, SGLangSettings, SpecMethod
 
 __all__ = ["ADAPTIVE_ALGORITHMS", "ADAPTIVE_CANDIDATE_STEPS", "ALGORITHMS", "SGLangEngine",
@@ -106,14 +107,22 @@ class SGLangEngine:
     def build(self, ctx: EngineContext, *, speculation: bool) -> ServeCommand:
         """The serve command; the baseline arm drops only the ``--speculative-*`` flags."""
         s = settings_of(ctx, self.name, SGLangSettings)
+        # 0.5.23 deprecates `--dp-size N --enable-dp-attention` for `--attn-dp-size N`
+        # (dp_size then counts replicas); an image of an older release keeps the old spelling
+        version = image_version(ctx.image or s.image) or image_version(s.image)
+        new_dp = s.enable_dp_attention and has_feature(version or DEFAULT_VERSION,
+                                                       "attn-dp-size") is not False
+        dp = ["--dp-size", "1", "--attn-dp-size", str(s.dp_size)] if new_dp \
+            else ["--dp-size", str(s.dp_size)]
         args: list[str] = [
             "--model-path", str(ctx.target_dir),
             "--served-model-name", ctx.name,
-            "--tp-size", str(s.tp_size), "--pp-size", str(s.pp_size), "--dp-size", str(s.dp_size),
+            "--tp-size", str(s.tp_size), "--pp-size", str(s.pp_size), *dp,
             "--max-running-requests", str(max_running_requests(ctx, s)),
         ]
         if s.enable_dp_attention:
-            args.append("--enable-dp-attention")
+            if not new_dp:
+                args.append("--enable-dp-attention")
             if ALGORITHMS.get(ctx.spec.speculative.method) == "DFLASH" \
                     and "--enable-dp-lm-head" not in s.extra_args:  # both arms: same lm head
                 args.append("--enable-dp-lm-head")  # DFLASH + attention DP refuses without

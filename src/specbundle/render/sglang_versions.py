@@ -24,6 +24,7 @@ FEATURE_TEXT: dict[str, str] = {
     "meta-counts": "accepted/proposed draft counts in /generate meta_info",
     "retract-counter": "the sglang:num_retracted_requests_total counter",
     "cuda-graph-split": "--cuda-graph-max-bs-decode / --cuda-graph-max-bs-prefill",
+    "attn-dp-size": "--attn-dp-size (--dp-size N --enable-dp-attention is deprecated)",
 }
 
 #: release -> features it has (releases in between are not listed: lint cannot tell).
