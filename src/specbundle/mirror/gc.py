@@ -1,12 +1,13 @@
 """Garbage collection: remove what no committed bundle and no live writer needs.
 
-Runs entirely under the mirror lock. Live = every object a readable bundle record references,
-plus every digest a live writer's lease pins (:mod:`.lease`); gc refuses to run at all when a
-record is unreadable, because it could not know what that bundle keeps alive. Trees of dead
-selections go, the HF views are rebuilt from the live selections, refs to dead commits and the
-journals of dead commits go, and ``tmp/`` is reclaimed: pull's partial downloads when no
-writer is live, anything else once it is older than :data:`TMP_GRACE_S` (an import that holds
-no lease may still be staging there).
+Runs entirely under the mirror lock. Live = every object a bundle's current signed version
+(and an admitted one) or its working record references, plus every digest a live writer's
+lease pins (:mod:`.lease`: pull, export); gc refuses to run at all when a record or the
+current manifest is unreadable, because it could not know what that bundle keeps alive.
+Trees of dead selections go, the HF views are rebuilt from the live selections, refs to dead
+commits and the journals of dead commits go, and ``tmp/`` is reclaimed: pull's partial
+downloads when no writer is live, anything else once it is older than :data:`TMP_GRACE_S`
+(an import that holds no lease may still be staging there).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specbundle import _faults
-from specbundle.errors import CorruptMirror, MirrorError
+from specbundle.errors import CorruptMirror, MirrorError, VerificationError
 from specbundle.mirror import trees
 from specbundle.mirror.lease import live_leases
 from specbundle.record import BundleRecord, FileEntry
@@ -46,11 +47,19 @@ class GcResult:
 
 
 def _records(mirror: Mirror) -> list[BundleRecord]:
+    """Every record whose bytes stay: each bundle's working copy and its signed versions
+    (the current one, an admitted one). The signed version is the truth: a re-pull that moved
+    the working copy, or an import killed between the ``current`` flip and the working-copy
+    update, must not let gc delete what the current version names."""
+    from specbundle.mirror import versions  # versions imports the store, which imports gc
+
     out = []
     for name in mirror.bundle_names():
         try:
-            out.append(mirror.load_bundle(name))
-        except MirrorError as err:
+            if (mirror.bundle_dir(name) / "bundle.json").exists():
+                out.append(mirror.load_bundle(name))
+            out += versions.live_records(mirror, name)
+        except (MirrorError, VerificationError) as err:
             raise CorruptMirror(f"gc refused: {err.message}",
                                 hint="fix or remove that bundle first; gc cannot tell what it "
                                      "keeps alive") from None

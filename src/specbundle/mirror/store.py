@@ -44,6 +44,7 @@ from specbundle.errors import (
     MirrorError,
     NotAMirror,
     UsageError,
+    VerificationError,
 )
 from specbundle.mirror import eventlog, trees
 from specbundle.mirror.eventlog import GENESIS
@@ -237,11 +238,16 @@ class Mirror:
         return self.root / "bundles" / name
 
     def bundle_names(self) -> list[str]:
-        """Names of bundles with a committed record, sorted."""
+        """Names of bundles with a committed record or a signed current version, sorted.
+
+        A ``current`` ref alone makes a bundle present (an import killed before it rewrote the
+        working copy): the signed version, not ``bundle.json``, is the truth.
+        """
         bdir = self.root / "bundles"
         if not bdir.is_dir():
             return []
-        return sorted(p.parent.name for p in bdir.glob("*/bundle.json"))
+        return sorted({p.parent.name for pat in ("*/bundle.json", "*/current")
+                       for p in bdir.glob(pat) if not p.parent.name.startswith(".")})
 
     def load_bundle(self, name: str) -> BundleRecord:
         """Read a bundle record; :class:`BundleNotFound` if there is none."""
@@ -250,6 +256,9 @@ class Mirror:
         try:
             data = load_json_file(path)
         except FileNotFoundError:
+            signed = self._signed_record(name)
+            if signed is not None:
+                return signed
             known = ", ".join(self.bundle_names()) or "none"
             raise BundleNotFound(
                 f"no bundle named {name!r} in mirror {self.root}", hint=f"bundles here: {known}"
@@ -270,6 +279,17 @@ class Mirror:
             what = f"missing field {err}" if isinstance(err, KeyError) else str(err)
             raise CorruptMirror(f"bundle record {path} is malformed: {what}", hint=hint) \
                 from None
+
+    def _signed_record(self, name: str) -> BundleRecord | None:
+        """The current signed version's record, for a bundle whose working copy is missing
+        (an import killed after its ``current`` flip); None when it was never signed."""
+        from specbundle.mirror import versions  # versions imports this module
+
+        try:
+            recs = versions.live_records(self, name)
+        except VerificationError as err:
+            raise CorruptMirror(err.message, hint=err.hint) from None
+        return recs[0] if recs else None
 
     def save_bundle(self, record: BundleRecord, *, publish: bool = True) -> Path:
         """Write the record (caller holds :meth:`lock`); this is what makes a bundle visible.

@@ -21,7 +21,7 @@ from typing import Any
 from specbundle import _faults
 from specbundle._fsutil import atomic_write_bytes, atomic_write_json
 from specbundle.attest import SigningKey, sign_statement
-from specbundle.attest.manifest import parse_manifest_unverified
+from specbundle.attest.manifest import BundleManifest, parse_manifest_unverified
 from specbundle.digest import sha256_bytes
 from specbundle.errors import MirrorError, UsageError, VerificationError
 from specbundle.mirror import Mirror, utc_now, versions
@@ -128,6 +128,15 @@ def export_bundle(
                                       model_sig_rel(art.role)) is None:
             raise UsageError(f"bundle {name!r} is not signed ({art.role} has no model.sig)",
                              hint="run `specbundle sign` first")
+    with mirror.lease("export") as lease:  # gc keeps what is being copied out
+        lease.pin(*rec.referenced_blobs())
+        return _export(mirror, name, out_dir, keys, man, chunk_size, version, progress)
+
+
+def _export(mirror: Mirror, name: str, out_dir: Path, keys: Sequence[SigningKey],
+            man: BundleManifest, chunk_size: int | None, version: int | None,
+            progress: Callable[[int], None] | None) -> ExportResult:
+    rec = man.record
     roots = dict(man.roots)
     sources: list[tuple[str, Path, str | None]] = [
         (f"objects/{sha}", mirror.object_path(sha), sha) for sha in sorted(rec.referenced_blobs())]
