@@ -16,9 +16,10 @@ Layout (all paths relative to the mirror root)::
 
 Bytes become visible only by rename: an object is renamed into place once its digest is
 verified, a selection's tree is built beside its final name and renamed, the bundle record is
-written, the event is appended, and only then do the HF view and refs move. A crash leaves at
-most orphan objects and trees (reused by the next pull, removed by gc, which keeps whatever a
-live writer's lease pins).
+written right after its event is appended (log before visible), and only then do the HF view
+and refs move. A crash leaves at most orphan objects and trees (reused by the next pull,
+removed by gc, which keeps whatever a live writer's lease pins) or a logged pull whose record
+the rerun writes under the same event.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -331,6 +332,21 @@ class Mirror:
         """
         entry = {"time": utc_now(), "type": kind, "bundle": bundle, "data": data}
         return eventlog.append_event(self.events_path, entry)
+
+    def append_event_once(self, kind: str, bundle: str, data: dict[str, Any],
+                          same: Iterable[str] | None = None) -> None:
+        """Append the event unless this bundle's newest event of ``kind`` already carries
+        ``data`` (only the ``same`` fields compared, when given; caller holds the lock): a
+        writer logs *before* its commit makes the state visible, so a rerun after a crash
+        between the two must not log it twice."""
+        keys = list(data) if same is None else list(same)
+        for ev in reversed(self.read_events()):
+            if ev.get("type") == kind and ev.get("bundle") == bundle:
+                old = ev.get("data")
+                if isinstance(old, dict) and all(old.get(k) == data.get(k) for k in keys):
+                    return
+                break
+        self.append_event(kind, bundle, data)
 
     def read_events(self) -> list[dict[str, Any]]:
         """All committed events, oldest first (chain verification lives in the audit stage)."""

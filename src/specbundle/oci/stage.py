@@ -54,9 +54,10 @@ from specbundle.verify.revocations import revoked_fingerprints
 __all__ = ["Fetched", "StageResult", "stage_and_commit"]
 
 _faults.register("oci.pull-object-staged", "oci.pull-object-committed", "oci.pull-files-written",
-                 "oci.pull-objects-moved", "oci.pull-attestations-appended")
+                 "oci.pull-objects-moved", "oci.pull-attestations-appended", "oci.pull-logged")
 _POINTS = CommitPoints("oci.pull-objects-moved", "oci.pull-files-written",
-                       "oci.pull-attestations-appended", "oci.pull-object-committed")
+                       "oci.pull-attestations-appended", "oci.pull-object-committed",
+                       "oci.pull-logged")
 
 OpenBlob = Callable[[str, int], AbstractContextManager[Iterator[bytes]]]
 Progress = Callable[[int], None]
@@ -274,6 +275,14 @@ def _unchanged(mirror: Mirror, verified: VerifiedBundle, man_bytes: bytes,
     return all(ln in have for ln in lines)
 
 
+def _logged(mirror: Mirror, name: str, manifest_sha256: str) -> bool:
+    """Whether the log records this version's arrival (an oci-pull or an import of it)."""
+    return any(ev.get("bundle") == name and ev.get("type") in ("oci-pull", "import")
+               and isinstance(ev.get("data"), dict)
+               and ev["data"].get("manifest_sha256") == manifest_sha256
+               for ev in mirror.read_events())
+
+
 def _check_version(mirror: Mirror, name: str, v: int, man_bytes: bytes) -> None:
     """Refuse a rollback, or another manifest for a version the mirror holds (lock held)."""
     cur = versions.current_version(mirror, name)
@@ -329,15 +338,17 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
             _check_version(mirror, name, verified.version, man_bytes)  # another writer won?
             unchanged = _unchanged(mirror, verified, man_bytes, lines)
             added = 0
+            event = {"index": fetched.source, "bundle_version": verified.version,
+                     "manifest_sha256": verified.manifest_digest,
+                     "target": verified.record.target.commit,
+                     "draft": verified.record.draft.commit if verified.record.draft else None}
             if not unchanged:
                 versions.reclaim_unflipped(mirror, name)  # a crashed writer's version folders
-                added = commit_version(staging, mirror, verified, points=_POINTS)
-                mirror.append_event("oci-pull", name, {
-                    "index": fetched.source, "bundle_version": verified.version,
-                    "manifest_sha256": verified.manifest_digest,
-                    "target": verified.record.target.commit,
-                    "draft": verified.record.draft.commit if verified.record.draft else None,
-                    "attestations_added": added})
+                added = commit_version(staging, mirror, verified, points=_POINTS,
+                                       event=("oci-pull", event))
+            elif not _logged(mirror, name, verified.manifest_digest):
+                # committed by a run whose event was lost (an older release logged last)
+                mirror.append_event("oci-pull", name, {**event, "attestations_added": 0})
         shutil.rmtree(staging.root, ignore_errors=True)
     return StageResult(verified, "unchanged" if unchanged else "pulled", len(hashed), nbytes,
                        added, tuple(ignored))
