@@ -186,8 +186,8 @@ def _pick_envelopes(lines: list[bytes], policy: TrustPolicy, ignored: list[str])
 
 
 def _stage_objects(staging: Mirror, mirror: Mirror, man: BundleManifest, fetched: Fetched,
-                   open_blob: OpenBlob, progress: Progress | None, workers: int
-                   ) -> tuple[list[HashedFile], int]:
+                   open_blob: OpenBlob, progress: Progress | None, workers: int,
+                   abort: Callable[[], None] | None = None) -> tuple[list[HashedFile], int]:
     """Stage every object the manifest names; downloads run ``workers`` at a time (network,
     hashing and fsync of different objects overlap, as skopeo's parallel layer copies do)."""
     rec = man.record
@@ -226,8 +226,18 @@ def _stage_objects(staging: Mirror, mirror: Mirror, man: BundleManifest, fetched
         return got
 
     todo.sort(key=lambda t: -t[1])  # big first: best overlap
-    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="oci-pull") as pool:
+    pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="oci-pull")
+    try:
         hashed = list(pool.map(fetch, todo))
+    except BaseException:
+        # Ctrl-C or a failed blob: shut the running reads now (a stalled one included);
+        # staged objects stay for the rerun
+        if abort is not None:
+            abort()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
     return hashed, sum(size for _, size in todo)
 
 
@@ -295,7 +305,8 @@ def _check_version(mirror: Mirror, name: str, v: int, man_bytes: bytes) -> None:
 
 
 def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open_blob: OpenBlob,
-                     *, progress: Progress | None = None, workers: int = 4) -> StageResult:
+                     *, progress: Progress | None = None, workers: int = 4,
+                     abort: Callable[[], None] | None = None) -> StageResult:
     """Stage, verify with :func:`verify_bundle`, then commit ``fetched`` into ``mirror``.
 
     Raises:
@@ -325,7 +336,7 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
         shutil.rmtree(staging.bundle_dir(name), ignore_errors=True)  # objects resume, not files
         _write_version(staging, mirror, man, man_bytes, files, sigs, lines)
         hashed, nbytes = _stage_objects(staging, mirror, man, fetched, open_blob, progress,
-                                        workers)
+                                        workers, abort)
         try:
             for art in man.record.artifacts:
                 staging.link_snapshot(art)
