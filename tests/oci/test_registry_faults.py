@@ -24,11 +24,13 @@ from specbundle.errors import UsageError
 from specbundle.mirror import Mirror
 from specbundle.oci import RegistryBackend, RegistryOptions, parse_reference, push_bundle
 from tests.clihelp import run_cli
+from tests.mirror.test_store_faults import _fill, small_fs
 from tests.oci.builders import signed_pair, trust_file
 from tests.oci.proxy import fault_proxy
 from tests.oci.registry import Registry
 
 pytestmark = pytest.mark.integration
+__all__ = ["small_fs"]  # the tmpfs fixture, shared
 
 _REPO = "faults/pair"
 
@@ -163,3 +165,16 @@ def test_oci_push_chunk_size_1_is_a_usage_error(tmp_path: Path, pushed: Pushed,
                            "--mirror", str(pushed.src.root), "--plain-http",
                            "--chunk-size", "1")
     assert code == 2 and "chunk size" in err
+
+
+def test_oci_pull_into_a_full_mirror(small_fs: Path, pushed: Pushed,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    dst = small_fs / "iso"
+    Mirror.open(dst, create=True)
+    filler = _fill(small_fs)
+    code, _, err = _pull(capsys, pushed.registry.host, dst, pushed)
+    assert code == 6, err
+    assert "no space left" in err and "bytes needed" in err and str(dst / "tmp") in err
+    assert list((dst / "tmp").iterdir()) == []  # its own staging is gone
+    filler.unlink()
+    _converges(capsys, dst, pushed)

@@ -46,6 +46,7 @@ from specbundle.transfer.importer import (
     CommitPoints,
     check_log_floor,
     commit_version,
+    discard_on_disk_error,
     staging_lock,
 )
 from specbundle.verify import HashedFile, TrustPolicy, VerifiedBundle, verify_bundle, write_hashed
@@ -334,9 +335,10 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
         staging = Mirror.open(
             mirror.tmp_dir / f"oci-{fetched.source.removeprefix('sha256:')[:24]}", create=True)
         shutil.rmtree(staging.bundle_dir(name), ignore_errors=True)  # objects resume, not files
-        _write_version(staging, mirror, man, man_bytes, files, sigs, lines)
-        hashed, nbytes = _stage_objects(staging, mirror, man, fetched, open_blob, progress,
-                                        workers, abort)
+        with discard_on_disk_error(staging, sum(fetched.objects.values())):
+            _write_version(staging, mirror, man, man_bytes, files, sigs, lines)
+            hashed, nbytes = _stage_objects(staging, mirror, man, fetched, open_blob, progress,
+                                            workers, abort)
         try:
             for art in man.record.artifacts:
                 staging.link_snapshot(art)

@@ -9,6 +9,7 @@ corrupt store cannot leak into a transfer. Optionally the parts go out as fixed-
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from specbundle import _faults
-from specbundle._fsutil import atomic_write_bytes, atomic_write_json
+from specbundle._fsutil import atomic_write_bytes, atomic_write_json, disk_error
 from specbundle.attest import SigningKey, sign_statement
 from specbundle.attest.manifest import BundleManifest, parse_manifest_unverified
 from specbundle.digest import sha256_bytes
@@ -146,30 +147,24 @@ def _export(mirror: Mirror, name: str, out_dir: Path, keys: Sequence[SigningKey]
     shutil.rmtree(out_dir / CHUNK_DIR, ignore_errors=True)
     for stale in out_dir.rglob(".*.part"):  # an interrupted export's leftovers
         stale.unlink(missing_ok=True)
+    total = sum(src.stat().st_size for _, src, _ in sources if src.is_file())
+    written = 0
     writer = ChunkWriter(out_dir, chunk_size) if chunk_size else None
     parts: list[Part] = []
-    for rel, src, want in sources:
-        if not src.is_file():
-            raise MirrorError(f"{name}: {rel} is missing from the mirror")
-        h, size, offset = hashlib.sha256(), 0, writer.offset if writer else None
-        dest = out_dir / rel
-        reuse = writer is None and want is not None and dest.is_file() \
-            and dest.stat().st_size == src.stat().st_size
-        fh = None if writer or reuse else _TmpFile(dest)
-        for block in read_blocks(src, progress):
-            h.update(block)
-            size += len(block)
-            if writer:
-                writer.write(block)
-            elif fh is not None:
-                fh.write(block)
-        digest = h.hexdigest()
-        if want is not None and digest != want:
-            raise MirrorError(f"mirror object {want} hashes to {digest}: the store is corrupt")
-        if fh is not None:
-            fh.commit()
-        parts.append(Part(rel, size, digest, offset))
-    chunks = writer.close() if writer else []
+    try:
+        for rel, src, want in sources:
+            part = _copy_part(out_dir, rel, src, want, writer, progress, name)
+            parts.append(part)
+            written += part.size
+        chunks = writer.close() if writer else []
+    except OSError as err:
+        # the medium is full or failing: nothing half-written stays on it
+        for stale in out_dir.rglob(".*.part"):
+            stale.unlink(missing_ok=True)
+        shutil.rmtree(out_dir / CHUNK_DIR, ignore_errors=True)
+        where = Path(err.filename) if isinstance(err.filename, str) else out_dir
+        raise disk_error(err, where, need=total - written,
+                         what="writing the transfer set to") from err
     _faults.point("export.parts-written")
     subjects = [s for a in rec.artifacts for s in subjects_for(a, roots[a.role])]
     state = mirror.bundle_dir(name) / EXPORT_STATE
@@ -194,6 +189,37 @@ def _export(mirror: Mirror, name: str, out_dir: Path, keys: Sequence[SigningKey]
                         sha256_bytes(data))
 
 
+def _copy_part(out_dir: Path, rel: str, src: Path, want: str | None,
+               writer: ChunkWriter | None, progress: Callable[[int], None] | None,
+               name: str) -> Part:
+    """Copy one part into the set (re-hashed on the way); a failure removes its ``.part``."""
+    if not src.is_file():
+        raise MirrorError(f"{name}: {rel} is missing from the mirror")
+    h, size, offset = hashlib.sha256(), 0, writer.offset if writer else None
+    dest = out_dir / rel
+    reuse = writer is None and want is not None and dest.is_file() \
+        and dest.stat().st_size == src.stat().st_size
+    fh = None if writer or reuse else _TmpFile(dest)
+    try:
+        for block in read_blocks(src, progress):
+            h.update(block)
+            size += len(block)
+            if writer:
+                writer.write(block)
+            elif fh is not None:
+                fh.write(block)
+        digest = h.hexdigest()
+        if want is not None and digest != want:
+            raise MirrorError(f"mirror object {want} hashes to {digest}: the store is corrupt")
+        if fh is not None:
+            fh.commit()
+    except BaseException:
+        if fh is not None:
+            fh.discard()
+        raise
+    return Part(rel, size, digest, offset)
+
+
 class _TmpFile:
     """A part being written beside its final name; renamed into place once complete."""
 
@@ -205,6 +231,12 @@ class _TmpFile:
 
     def write(self, data: bytes) -> None:
         self.fh.write(data)
+
+    def discard(self) -> None:
+        """Close and remove the ``.part`` (a failed or interrupted copy)."""
+        with contextlib.suppress(OSError):
+            self.fh.close()
+        self.tmp.unlink(missing_ok=True)
 
     def commit(self) -> None:
         self.fh.flush()

@@ -36,7 +36,7 @@ from typing import Any, Literal
 import filelock
 
 from specbundle import _faults
-from specbundle._fsutil import fsync_dir
+from specbundle._fsutil import disk_error, fsync_dir
 from specbundle.attest import (
     ATTESTATIONS_FILE,
     Envelope,
@@ -416,6 +416,18 @@ def import_bundle(
 
 
 @contextmanager
+def discard_on_disk_error(staging: Mirror, need: int) -> Iterator[None]:
+    """A write into the staging area that the disk refuses removes the whole staging (its
+    space is what the rerun needs) and names the path and the bytes needed (exit 6)."""
+    try:
+        yield
+    except OSError as err:
+        shutil.rmtree(staging.root, ignore_errors=True)
+        where = Path(err.filename) if isinstance(err.filename, str) else staging.root
+        raise disk_error(err, where, need=need, what="staging into") from err
+
+
+@contextmanager
 def staging_lock(mirror: Mirror) -> Iterator[None]:
     """Held while staging into ``mirror``'s ``tmp/``: one importer (transfer set or OCI pull)
     at a time; the mirror lock is taken inside it only to commit."""
@@ -438,7 +450,8 @@ def _import_locked(src: Path, mirror: Mirror, policy: TrustPolicy, idx: Transfer
         shutil.rmtree(staging_dir, ignore_errors=True)  # a run killed after its commit
         return ImportResult(idx.bundle, idx.version, "unchanged", digest, None)
     staging = Mirror.open(staging_dir, create=True)
-    hashed = _stage(src, idx, staging, mirror, progress)
+    with discard_on_disk_error(staging, sum(p.size for p in idx.parts)):
+        hashed = _stage(src, idx, staging, mirror, progress)
     _faults.point("import.staged")
     revoked = revoked_fingerprints(mirror, policy, index_revoked)
     # Only a manifest whose signature checks out may name the paths snapshots are built at.
