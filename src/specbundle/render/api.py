@@ -68,6 +68,8 @@ class RenderResult:
     command: ServeCommand
     baseline: ServeCommand
     lint: LintReport
+    #: what the caller should know (e.g. that nothing was logged)
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for ``--json``."""
@@ -276,14 +278,22 @@ def render_bundle(
     )
     files = tgt.render(cmd, base, meta)
     dest = out_dir or mirror.bundle_dir(name) / "render" / eng_name.value / tgt.name
+    elsewhere = not dest.resolve().is_relative_to(mirror.root)
     extra = {
         "command.json": json.dumps({"speculative": cmd.to_json(), "baseline": base.to_json()},
                                    indent=2, sort_keys=True) + "\n",
         "lint.json": json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n",
     }
+    out = [(f.path, f.content, f.mode) for f in files] + [(k, v, 0o644) for k, v in extra.items()]
+    if elsewhere:
+        # Output that goes elsewhere writes nothing to the mirror, which a deployment node
+        # often mounts read-only: no lock, no event (the output folder is the record).
+        written = _write_folder(dest, out)
+        return RenderResult(name, eng_name, tgt.name, dest, tuple(written), cmd, base, report,
+                            (f"output outside the mirror: nothing written to {mirror.root}, "
+                             "no render event logged",))
     with mirror.lock():  # one writer swaps a render folder at a time
-        written = _write_folder(dest, [(f.path, f.content, f.mode) for f in files]
-                                + [(k, v, 0o644) for k, v in extra.items()])
+        written = _write_folder(dest, out)
         mirror.append_event("render", name, {
             "engine": eng_name.value, "target": tgt.name, "out_dir": str(dest),
             "image": cmd.image, "files": [p.name for p in written],
