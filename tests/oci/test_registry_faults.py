@@ -178,3 +178,24 @@ def test_oci_pull_into_a_full_mirror(small_fs: Path, pushed: Pushed,
     assert list((dst / "tmp").iterdir()) == []  # its own staging is gone
     filler.unlink()
     _converges(capsys, dst, pushed)
+
+
+def test_bad_registry_inputs_are_refused(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    digest = "sha256:" + "ab" * 32
+    auth = tmp_path / "auth.json"
+    auth.write_text('[{"auths": {}}]')
+    report = tmp_path / "r.json"
+    report.write_text("{}")
+    cases = [
+        (["oci", "push", "pair", f"127.0.0.1:9/x/y@{digest}", "--mirror", str(tmp_path),
+          "--plain-http"], 2, "not a digest"),
+        (["oci", "attach", "127.0.0.1:9/x/y:v1", str(report), "--plain-http"], 2,
+         "by digest, not by tag"),
+        (["oci", "attach", f"127.0.0.1:9/x/y@{digest}", str(report), "--plain-http",
+          "--auth-file", str(auth)], 6, "not a JSON object"),
+    ]
+    for args, want, why in cases:
+        code, _, err = run_cli(capsys, *args)
+        assert code == want, (args, err)
+        assert why in err and "Traceback" not in err and "internal" not in err, err

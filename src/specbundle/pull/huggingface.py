@@ -95,14 +95,28 @@ def split_endpoint(raw: str) -> tuple[str, str | None]:
     return clean, auth
 
 
+# huggingface_hub's backoff narrates every retry (HTTP 429/5xx, timeouts) as a warning; the
+# error that ends the retries is reported once, in our words, so those lines are dropped
+_RETRY_CHATTER = re.compile(r"^Retrying in |^Rate limited\. | thrown while requesting ")
+
+
+def _why(err: BaseException) -> str:
+    """One line for a library error (huggingface_hub appends the server's body on new lines)."""
+    lines = str(err).splitlines()
+    return ids.printable(lines[0] if lines else type(err).__name__)[:300]
+
+
 class _Redacting(logging.Filter):
-    """Rewrites a library's log record through ``errors.redact`` before any handler emits it."""
+    """Rewrites a library's log record through ``errors.redact`` before any handler emits it,
+    and drops the library's retry narration."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             text = record.getMessage()
         except (TypeError, ValueError):
             text = str(record.msg)
+        if record.name.startswith("huggingface_hub") and _RETRY_CHATTER.search(text):
+            return False
         record.msg, record.args = redact(text), None
         return True
 
@@ -200,7 +214,8 @@ class HubSource(ModelSource):
         except RepositoryNotFoundError as err:
             raise self._missing(repo, revision) from err
         except _UNREACHABLE as err:
-            raise SourceUnavailable(f"{self.endpoint} unavailable resolving {repo}: {err}") from err
+            raise SourceUnavailable(f"{self.endpoint} unavailable resolving {repo}: "
+                                    f"{_why(err)}") from err
         except _MALFORMED as err:
             raise self._malformed(f"model info of {repo}@{revision}", err) from err
         commit: object = info.sha
@@ -219,7 +234,7 @@ class HubSource(ModelSource):
                 for e in tree if isinstance(e, RepoFile)
             )
         except _UNREACHABLE as err:
-            raise SourceUnavailable(f"cannot list {repo}@{commit}: {err}") from err
+            raise SourceUnavailable(f"cannot list {repo}@{commit}: {_why(err)}") from err
         except _MALFORMED as err:
             raise self._malformed(f"file listing of {repo}@{commit}", err) from err
         return ResolvedRevision(repo, revision, commit, "git", files)

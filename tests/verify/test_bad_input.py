@@ -1,0 +1,42 @@
+"""Bad input ends in one line with the right exit code, never an internal error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specbundle.mirror import versions
+from tests.clihelp import run_cli
+from tests.verify.conftest import Signed
+
+
+def test_mirror_ls_with_a_non_object_spec(signed: Signed,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    path = signed.mirror.bundle_dir("pair") / "bundle.json"
+    doc = json.loads(path.read_text())
+    doc["spec"] = [1, 2]
+    path.write_text(json.dumps(doc))
+    code, _, err = run_cli(capsys, "mirror", "ls", "--mirror", str(signed.mirror.root))
+    assert code != 1 and "internal" not in err and "spec and artifacts must be" in err, err
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'{"payload": 5}',
+                                  b'{"payload": "eyJ4IjogMX0=", "payloadType": '
+                                  b'"application/vnd.in-toto+json", "signatures": '
+                                  b'[{"keyid": "a", "sig": "AAAA"}]}'])
+def test_sign_refuses_to_chain_to_a_corrupt_current_manifest(
+        signed: Signed, body: bytes, capsys: pytest.CaptureFixture[str]) -> None:
+    path = signed.mirror.bundle_dir("pair") / versions.manifest_rel(1)
+    path.chmod(0o644)
+    path.write_bytes(body)
+    key = signed.tmp / "key.pem"
+    from specbundle import attest
+
+    attest.write_private_key(signed.key, key)
+    code, _, err = run_cli(capsys, "sign", "pair", "--mirror", str(signed.mirror.root),
+                           "--key", str(key))
+    assert code == 3, err
+    assert "is corrupt" in err and len([ln for ln in err.splitlines()
+                                        if not ln.startswith("  hint")]) == 1, err
+    assert versions.current_version(signed.mirror, "pair") == 1
