@@ -40,3 +40,26 @@ def test_sign_refuses_to_chain_to_a_corrupt_current_manifest(
     assert "is corrupt" in err and len([ln for ln in err.splitlines()
                                         if not ln.startswith("  hint")]) == 1, err
     assert versions.current_version(signed.mirror, "pair") == 1
+
+
+@pytest.mark.parametrize("what", ["model.sig", "scan report", "attestation line"])
+def test_export_refuses_what_import_would_refuse(signed: Signed, what: str) -> None:
+    from specbundle.errors import VerificationError
+    from specbundle.transfer import export_bundle
+
+    bdir = signed.mirror.bundle_dir("pair")
+    if what == "model.sig":
+        path = bdir / versions.version_rel(1, versions.model_sig_rel("draft"))
+    elif what == "scan report":
+        path = bdir / versions.version_rel(1, versions.SCAN_REPORT)
+    else:
+        path = bdir / "attestations.jsonl"
+    path.chmod(0o644)
+    lines = path.read_bytes().splitlines()
+    garbage = b"{garbage"
+    body = [*lines[:1], garbage, *lines[1:]] if what == "attestation line" else [garbage]
+    path.write_bytes(b"\n".join(body) + b"\n")
+    out = signed.tmp / "set"
+    with pytest.raises(VerificationError):
+        export_bundle(signed.mirror, "pair", out, [signed.key])
+    assert not out.exists() or not any(out.iterdir())

@@ -21,12 +21,14 @@ from typing import Any
 
 from specbundle import _faults
 from specbundle._fsutil import atomic_write_bytes, atomic_write_json, disk_error
-from specbundle.attest import SigningKey, sign_statement
+from specbundle.attest import Envelope, SigningKey, sign_statement
+from specbundle.attest.log import read_attestations
 from specbundle.attest.manifest import BundleManifest, parse_manifest_unverified
+from specbundle.attest.oms import OMS_BUNDLE_MEDIA_TYPE
 from specbundle.digest import sha256_bytes
 from specbundle.errors import MirrorError, UsageError, VerificationError
 from specbundle.mirror import Mirror, utc_now, versions
-from specbundle.mirror.versions import model_sig_rel
+from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.sign.statements import subjects_for
 from specbundle.strict import loads_json
 from specbundle.transfer.chunks import CHUNK_DIR, ChunkWriter, read_blocks
@@ -129,9 +131,38 @@ def export_bundle(
                                       model_sig_rel(art.role)) is None:
             raise UsageError(f"bundle {name!r} is not signed ({art.role} has no model.sig)",
                              hint="run `specbundle sign` first")
+    _check_signed_files(mirror, name, man)
     with mirror.lease("export") as lease:  # gc keeps what is being copied out
         lease.pin(*rec.referenced_blobs())
         return _export(mirror, name, out_dir, keys, man, chunk_size, version, progress)
+
+
+def _check_signed_files(mirror: Mirror, name: str, man: BundleManifest) -> None:
+    """Refuse at export what every importer would refuse: a ``model.sig`` that is not a
+    signed bundle, a scan report or image record other than the signed one, a malformed
+    attestation line (so a bad set never reaches the medium)."""
+    where = f"bundle {name!r} version {man.version}"
+    for art in man.record.artifacts:
+        raw = versions.read_version_file(mirror, name, man.version, model_sig_rel(art.role))
+        try:
+            doc = loads_json(raw or b"", what=f"{art.role} model.sig")
+            if not isinstance(doc, dict) or doc.get("mediaType") != OMS_BUNDLE_MEDIA_TYPE:
+                raise ValueError("not a Sigstore bundle")
+            Envelope.from_json(doc.get("dsseEnvelope"))
+        except (ValueError, VerificationError) as err:
+            why = (str(err).splitlines() or ["malformed"])[0][:200]
+            raise VerificationError(f"{where}: {art.role} model.sig is malformed: {why}",
+                                    hint="sign the bundle again") from None
+    signed = {SCAN_REPORT: man.scan_report_sha256} if man.scan_report_sha256 else {}
+    signed |= {f"images/{e}.json": sha for e, sha in man.images.items()}
+    for rel, sha in signed.items():
+        versions.read_signed_file(mirror, name, man.version, rel, sha)
+    try:
+        read_attestations(mirror, name)
+    except VerificationError as err:
+        raise VerificationError(f"{where}: {err.message}",
+                                hint="restore attestations.jsonl; importers refuse the set"
+                                ) from None
 
 
 def _export(mirror: Mirror, name: str, out_dir: Path, keys: Sequence[SigningKey],
