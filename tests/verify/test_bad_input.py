@@ -63,3 +63,17 @@ def test_export_refuses_what_import_would_refuse(signed: Signed, what: str) -> N
     with pytest.raises(VerificationError):
         export_bundle(signed.mirror, "pair", out, [signed.key])
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_verify_never_extends_an_event_log_corrupt_in_the_middle(
+        signed: Signed, capsys: pytest.CaptureFixture[str]) -> None:
+    log = signed.mirror.events_path
+    lines = log.read_bytes().splitlines()
+    assert len(lines) >= 2
+    log.write_bytes(b"\n".join([lines[0], b"{garbage", *lines[1:]]) + b"\n")
+    before = log.read_bytes()
+    code, _, err = run_cli(capsys, "verify", "pair", "--mirror", str(signed.mirror.root),
+                           "--trust", str(signed.policy_path))
+    assert code == 0, err  # the bundle verifies; its event is not logged, with a note
+    assert "not logged" in err and "corrupt before its last line" in err
+    assert log.read_bytes() == before
