@@ -77,3 +77,13 @@ def test_verify_never_extends_an_event_log_corrupt_in_the_middle(
     assert code == 0, err  # the bundle verifies; its event is not logged, with a note
     assert "not logged" in err and "corrupt before its last line" in err
     assert log.read_bytes() == before
+
+
+def test_an_unverified_render_refuses_a_missing_weight_object(
+        signed: Signed, capsys: pytest.CaptureFixture[str]) -> None:
+    weights = next(f for f in signed.record.target.files if f.path.endswith(".safetensors"))
+    signed.mirror.object_path(weights.sha256).unlink()
+    code, _, err = run_cli(capsys, "render", "pair", "--mirror", str(signed.mirror.root),
+                           "--engine", "vllm", "--target", "shell")
+    assert code == 3, err
+    assert "missing from the mirror's objects" in err and weights.path in err

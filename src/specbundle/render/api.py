@@ -18,7 +18,7 @@ from typing import Any
 from specbundle import __version__
 from specbundle._fsutil import atomic_write_bytes, fsync_dir
 from specbundle.attest.manifest import BundleManifest
-from specbundle.errors import EnvironmentProblem, RenderError, UsageError
+from specbundle.errors import CorruptMirror, EnvironmentProblem, RenderError, UsageError
 from specbundle.mirror import Mirror, versions
 from specbundle.record import BundleRecord
 from specbundle.render.interface import (
@@ -260,6 +260,8 @@ def render_bundle(
     if verified is not None:
         record = verified.record
     record = record if record is not None else mirror.load_bundle(name)
+    if verified is None:  # nothing re-hashed the bytes: at least every object must be there
+        _check_objects(mirror, record)
     report = lint_bundle(mirror, name, engine=eng_name, target=target, image=image,
                          image_digest=image_digest, allow_unpinned_image=allow_unpinned_image,
                          record=record, verified=verified)
@@ -300,6 +302,17 @@ def render_bundle(
             "lint": {"errors": len(report.errors), "warnings": len(report.warnings)},
         })
     return RenderResult(name, eng_name, tgt.name, dest, tuple(written), cmd, base, report)
+
+
+def _check_objects(mirror: Mirror, record: BundleRecord) -> None:
+    """An unverified render refuses a bundle whose stored objects are missing or cut short."""
+    missing = [f"{a.role}:{f.path}" for a in record.artifacts for f in a.files
+               if not mirror.has_object(f.sha256, f.size)]
+    if missing:
+        raise CorruptMirror(f"bundle {record.name!r}: {len(missing)} file(s) missing from the "
+                            f"mirror's objects (first: {missing[0]})",
+                            hint="pull or import the bundle again; `specbundle verify` names "
+                                 "each one")
 
 
 def _write_folder(dest: Path, files: list[tuple[str, str, int]]) -> list[Path]:
