@@ -205,6 +205,8 @@ class BundleRecord:
         if d.get("schema") != RECORD_SCHEMA:
             raise MirrorError(f"unknown bundle record schema {d.get('schema')!r}")
         arts = d["artifacts"]
+        if not isinstance(d["spec"], dict) or not isinstance(arts, dict):
+            raise ValueError("spec and artifacts must be JSON objects")
         return cls(
             name=ids.check_bundle_name(d["name"]), spec=d["spec"], created=d["created"],
             tool_version=d["tool_version"],

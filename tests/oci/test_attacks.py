@@ -25,6 +25,7 @@ from specbundle.oci.media import (
     Descriptor,
     dumps,
 )
+from specbundle.verify import load_policy, verify_bundle
 from tests.clihelp import run_cli
 from tests.oci.builders import push_referrer, signed_pair, trust_file
 from tests.oci.registry import Registry
@@ -176,7 +177,8 @@ def _retitled(store: RegistryBackend, index_digest: str, meta_digest: str, title
 
 @pytest.mark.parametrize("point", ["oci.pull-object-staged:2", "oci.pull-object-committed:2",
                                    "oci.pull-objects-moved", "oci.pull-files-written",
-                                   "oci.pull-attestations-appended", "versions.ref-flipped"])
+                                   "oci.pull-attestations-appended", "oci.pull-logged",
+                                   "log.half-written", "versions.ref-flipped"])
 def test_a_pull_killed_anywhere_shows_nothing_and_the_rerun_completes(
         tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str],
         point: str) -> None:
@@ -191,10 +193,18 @@ def test_a_pull_killed_anywhere_shows_nothing_and_the_rerun_completes(
     killed = subprocess.run(cmd, env={**os.environ, "SPECBUNDLE_CRASH_AT": point},
                             capture_output=True, text=True, timeout=120)
     assert killed.returncode == 137, killed.stderr
-    assert Mirror.open(dst).bundle_names() == []
+    m = Mirror.open(dst)
+    # the flip is the commit: before it nothing is visible, after it the signed version is
+    assert m.bundle_names() == (["pair"] if point == "versions.ref-flipped" else [])
+    pulls = [e["data"]["manifest_sha256"] for e in m.read_events() if e["type"] == "oci-pull"]
+    if point == "versions.ref-flipped":
+        assert pulls == [verify_bundle(m, "pair", load_policy(trust)).manifest_digest]
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout)["verification"]["ok"]
+    out = json.loads(again.stdout)
+    assert out["verification"]["ok"]
+    pulls = [e["data"]["manifest_sha256"] for e in m.read_events() if e["type"] == "oci-pull"]
+    assert len(pulls) == 1, "logged exactly once, before the version became visible"
     assert Mirror.open(dst).load_bundle("pair") == src.load_bundle("pair")
     assert versions.current_version(Mirror.open(dst), "pair") == 1
     assert not list((dst / "tmp").glob("oci-*")), "the rerun leaves no staging behind"

@@ -88,6 +88,9 @@ def test_crash_at_each_pull_commit_point(
     assert crashed.returncode == 137, crashed.stderr.decode()
     visible = _assert_consistent(m, "fb")
     assert visible in (old, new)
+    # log before visible: a committed record always has its event
+    assert any(e["type"] == "pull" and e["data"]["target"]["commit"] == visible
+               for e in m.read_events())
     ref = m.model_dir(repo) / "refs" / "main"
     if visible == old:
         assert ref.read_text() == old  # refs never move ahead of the committed record

@@ -44,7 +44,8 @@ SIGN_POINTS = ("sign.model-sig-written", "sign.attestations-appended", "sign.man
                "versions.ref-staged")
 EXPORT_POINTS = ("export.parts-written", "export.version-claimed", "export.index-written")
 IMPORT_POINTS = ("import.staged", "import.objects-moved", "import.files-written",
-                 "import.attestations-appended", "versions.ref-staged",
+                 "import.attestations-appended", "import.logged", "log.half-written",
+                 "versions.ref-staged",
                  "versions.ref-flipped", "import.state-written")
 
 
@@ -109,13 +110,19 @@ def test_import_of_an_update_killed_at_a_commit_point(signed: Signed, tmp_path: 
     assert res.returncode == 137, res.stderr
     vb = verify_bundle(iso, "pair", signed.policy)  # v1 or v2, never a mixture
     assert vb.version in (1, 2)
+    assert _imports(iso).count(vb.manifest_digest) == 1  # logged before it became visible
     res = _run("import", signed, mirror=iso.root, src=tmp_path / "v2")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == ("unchanged" if point == "import.state-written"
                                   else "imported")
     vb = verify_bundle(iso, "pair", signed.policy)
     assert vb.version == 2 and iso.load_bundle("pair") == vb.record
+    assert _imports(iso).count(vb.manifest_digest) == 1  # the rerun logs it exactly once
     _tmp_empty(iso)
+
+
+def _imports(m: Mirror) -> list[str]:
+    return [e["data"]["manifest_sha256"] for e in m.read_events() if e["type"] == "import"]
 
 
 def test_two_imports_at_once(signed: Signed, tmp_path: Path) -> None:

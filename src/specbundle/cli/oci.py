@@ -120,6 +120,9 @@ def push(bundle: str, target: str, mirror_dir: Path | None, plain_http: bool,
         chunk = parse_size(chunk_size)
     except ValueError as err:
         raise UsageError(str(err)) from err
+    if parse_reference(target).digest:
+        raise UsageError(f"push takes REGISTRY/REPO[:TAG], not a digest ({target!r}): the "
+                         "index digest is computed from the bundle, and printed")
     for repo in mount_from:
         parse_reference(f"{parse_reference(target).registry}/{repo}")
     mirror = open_mirror(mirror_dir)

@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 
 from specbundle.cli._options import json_option, mirror_option, open_mirror
-from specbundle.cli._output import console, print_json, print_table
+from specbundle.cli._output import console, err_console, print_json, print_table
 from specbundle.cli.verify import bundle_options, open_bundle
 from specbundle.errors import UsageError
 from specbundle.render import TARGETS, LintReport, render_bundle
@@ -84,6 +84,8 @@ def command(bundle: str, engine: str, target: str, out_dir: Path | None,
     if as_json:
         print_json(res.to_json())
         return
+    for note in res.notes:
+        err_console.print(f"note: {note}")
     show_findings(res.lint)
     if not res.custody["signed"]:
         console.print("[bold red]UNSIGNED[/]: rendered from the unsigned bundle record")

@@ -117,6 +117,11 @@ def append_event(path: Path, entry: dict[str, Any]) -> dict[str, Any]:
     except OSError as err:
         raise disk_error(err, path, what="opening the event log") from err
     try:
+        try:  # damage before the tail: never extend a log that is corrupt
+            read_events(path)
+        except CorruptMirror as err:
+            raise CorruptMirror(f"event log {path} is corrupt before its last line: "
+                                f"{err.message}", hint="restore it from a backup") from None
         end, last, last_raw, repair = _repair(fd, os.fstat(fd).st_size, path)
         prev = sha256_bytes(last_raw) if last is not None else GENESIS
         seq = int(last["seq"]) + 1 if last is not None else 0

@@ -1,12 +1,13 @@
 """Garbage collection: remove what no committed bundle and no live writer needs.
 
-Runs entirely under the mirror lock. Live = every object a readable bundle record references,
-plus every digest a live writer's lease pins (:mod:`.lease`); gc refuses to run at all when a
-record is unreadable, because it could not know what that bundle keeps alive. Trees of dead
-selections go, the HF views are rebuilt from the live selections, refs to dead commits and the
-journals of dead commits go, and ``tmp/`` is reclaimed: pull's partial downloads when no
-writer is live, anything else once it is older than :data:`TMP_GRACE_S` (an import that holds
-no lease may still be staging there).
+Runs entirely under the mirror lock. Live = every object a bundle's current signed version
+(and an admitted one) or its working record references, plus every digest a live writer's
+lease pins (:mod:`.lease`: pull, export); gc refuses to run at all when a record or the
+current manifest is unreadable, because it could not know what that bundle keeps alive.
+Trees of dead selections go, the HF views are rebuilt from the live selections, refs to dead
+commits and the journals of dead commits go, and ``tmp/`` is reclaimed: pull's partial
+downloads when no writer is live, an importer's staging when no importer holds the staging
+lock, anything else once it is older than :data:`TMP_GRACE_S`.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import filelock
+
 from specbundle import _faults
-from specbundle.errors import CorruptMirror, MirrorError
+from specbundle.errors import CorruptMirror, MirrorError, VerificationError
 from specbundle.mirror import trees
 from specbundle.mirror.lease import live_leases
 from specbundle.record import BundleRecord, FileEntry
@@ -46,11 +49,19 @@ class GcResult:
 
 
 def _records(mirror: Mirror) -> list[BundleRecord]:
+    """Every record whose bytes stay: each bundle's working copy and its signed versions
+    (the current one, an admitted one). The signed version is the truth: a re-pull that moved
+    the working copy, or an import killed between the ``current`` flip and the working-copy
+    update, must not let gc delete what the current version names."""
+    from specbundle.mirror import versions  # versions imports the store, which imports gc
+
     out = []
     for name in mirror.bundle_names():
         try:
-            out.append(mirror.load_bundle(name))
-        except MirrorError as err:
+            if (mirror.bundle_dir(name) / "bundle.json").exists():
+                out.append(mirror.load_bundle(name))
+            out += versions.live_records(mirror, name)
+        except (MirrorError, VerificationError) as err:
             raise CorruptMirror(f"gc refused: {err.message}",
                                 hint="fix or remove that bundle first; gc cannot tell what it "
                                      "keeps alive") from None
@@ -79,6 +90,7 @@ def _remove(p: Path) -> None:
 
 
 _PULL_LEFTOVERS = ("partial", ".rollback-", ".trash.")
+_STAGING = ("import-", "oci-")  # transfer-set imports and OCI pulls (specbundle.transfer)
 
 
 def reclaim_partials(mirror: Mirror) -> bool:
@@ -94,15 +106,29 @@ def reclaim_partials(mirror: Mirror) -> bool:
     return bool(gone)
 
 
+def _staging_live(mirror: Mirror) -> bool:
+    """Whether an import or OCI pull holds the staging lock (it stages under ``tmp/``)."""
+    lock = filelock.FileLock(str(mirror.root / ".import.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        return True
+    lock.release()
+    return False
+
+
 def _reclaim_tmp(mirror: Mirror, live: int, dry: bool) -> list[str]:
     tmp = mirror.root / "tmp"
     removed: list[str] = []
     now = time.time()
+    staging_free = tmp.is_dir() and not _staging_live(mirror)
     for p in sorted(tmp.iterdir()) if tmp.is_dir() else ():
         mine = p.name.startswith((*_PULL_LEFTOVERS, ".obj.", ".bytes."))
-        if live and (p.name == "partial" or now - _newest_mtime(p) < TMP_GRACE_S):
+        # an importer's staging that no live importer holds (killed, or failed on a full disk)
+        staged = staging_free and p.name.startswith(_STAGING) and p.name != "oci-uploads"
+        if not staged and live and (p.name == "partial" or now - _newest_mtime(p) < TMP_GRACE_S):
             continue
-        if not mine and now - _newest_mtime(p) < TMP_GRACE_S:
+        if not (mine or staged) and now - _newest_mtime(p) < TMP_GRACE_S:
             continue
         removed.append(f"tmp/{p.name}")
         if not dry:

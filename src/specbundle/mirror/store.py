@@ -16,9 +16,10 @@ Layout (all paths relative to the mirror root)::
 
 Bytes become visible only by rename: an object is renamed into place once its digest is
 verified, a selection's tree is built beside its final name and renamed, the bundle record is
-written, the event is appended, and only then do the HF view and refs move. A crash leaves at
-most orphan objects and trees (reused by the next pull, removed by gc, which keeps whatever a
-live writer's lease pins).
+written right after its event is appended (log before visible), and only then do the HF view
+and refs move. A crash leaves at most orphan objects and trees (reused by the next pull,
+removed by gc, which keeps whatever a live writer's lease pins) or a logged pull whose record
+the rerun writes under the same event.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from specbundle.errors import (
     MirrorError,
     NotAMirror,
     UsageError,
+    VerificationError,
 )
 from specbundle.mirror import eventlog, trees
 from specbundle.mirror.eventlog import GENESIS
@@ -237,11 +239,16 @@ class Mirror:
         return self.root / "bundles" / name
 
     def bundle_names(self) -> list[str]:
-        """Names of bundles with a committed record, sorted."""
+        """Names of bundles with a committed record or a signed current version, sorted.
+
+        A ``current`` ref alone makes a bundle present (an import killed before it rewrote the
+        working copy): the signed version, not ``bundle.json``, is the truth.
+        """
         bdir = self.root / "bundles"
         if not bdir.is_dir():
             return []
-        return sorted(p.parent.name for p in bdir.glob("*/bundle.json"))
+        return sorted({p.parent.name for pat in ("*/bundle.json", "*/current")
+                       for p in bdir.glob(pat) if not p.parent.name.startswith(".")})
 
     def load_bundle(self, name: str) -> BundleRecord:
         """Read a bundle record; :class:`BundleNotFound` if there is none."""
@@ -250,6 +257,9 @@ class Mirror:
         try:
             data = load_json_file(path)
         except FileNotFoundError:
+            signed = self._signed_record(name)
+            if signed is not None:
+                return signed
             known = ", ".join(self.bundle_names()) or "none"
             raise BundleNotFound(
                 f"no bundle named {name!r} in mirror {self.root}", hint=f"bundles here: {known}"
@@ -270,6 +280,17 @@ class Mirror:
             what = f"missing field {err}" if isinstance(err, KeyError) else str(err)
             raise CorruptMirror(f"bundle record {path} is malformed: {what}", hint=hint) \
                 from None
+
+    def _signed_record(self, name: str) -> BundleRecord | None:
+        """The current signed version's record, for a bundle whose working copy is missing
+        (an import killed after its ``current`` flip); None when it was never signed."""
+        from specbundle.mirror import versions  # versions imports this module
+
+        try:
+            recs = versions.live_records(self, name)
+        except VerificationError as err:
+            raise CorruptMirror(err.message, hint=err.hint) from None
+        return recs[0] if recs else None
 
     def save_bundle(self, record: BundleRecord, *, publish: bool = True) -> Path:
         """Write the record (caller holds :meth:`lock`); this is what makes a bundle visible.
@@ -311,6 +332,21 @@ class Mirror:
         """
         entry = {"time": utc_now(), "type": kind, "bundle": bundle, "data": data}
         return eventlog.append_event(self.events_path, entry)
+
+    def append_event_once(self, kind: str, bundle: str, data: dict[str, Any],
+                          same: Iterable[str] | None = None) -> None:
+        """Append the event unless this bundle's newest event of ``kind`` already carries
+        ``data`` (only the ``same`` fields compared, when given; caller holds the lock): a
+        writer logs *before* its commit makes the state visible, so a rerun after a crash
+        between the two must not log it twice."""
+        keys = list(data) if same is None else list(same)
+        for ev in reversed(self.read_events()):
+            if ev.get("type") == kind and ev.get("bundle") == bundle:
+                old = ev.get("data")
+                if isinstance(old, dict) and all(old.get(k) == data.get(k) for k in keys):
+                    return
+                break
+        self.append_event(kind, bundle, data)
 
     def read_events(self) -> list[dict[str, Any]]:
         """All committed events, oldest first (chain verification lives in the audit stage)."""

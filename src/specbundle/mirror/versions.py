@@ -22,18 +22,25 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specbundle import _faults
 from specbundle._fsutil import atomic_write_bytes, fsync_dir
 from specbundle.digest import sha256_bytes
 from specbundle.errors import VerificationError
 from specbundle.mirror.store import Mirror
+from specbundle.record import BundleRecord
+from specbundle.strict import MalformedDocument, loads_json
+
+if TYPE_CHECKING:
+    from specbundle.attest.manifest import BundleManifest
 
 __all__ = [
     "CURRENT_REF",
     "SCAN_REPORT",
     "current_version",
     "flip_current",
+    "live_records",
     "manifest_rel",
     "model_sig_rel",
     "read_current_manifest",
@@ -49,6 +56,8 @@ CURRENT_REF = "current"
 #: The scan stage's report, whose digest the manifest signs.
 SCAN_REPORT = "scan/report.json"
 _VERSION = re.compile(r"^[1-9][0-9]{0,8}$")
+#: admit's status file (specbundle.admit.api.STATUS_FILE): the admitted manifest stays kept
+_ADMISSION_STATUS = "admit/status.json"
 _faults.register("versions.ref-staged", "versions.ref-flipped")
 
 
@@ -132,6 +141,45 @@ def read_current_manifest(mirror: Mirror, name: str) -> tuple[int, bytes] | None
         raise VerificationError(f"bundle {name!r}: current names version {v}, whose manifest "
                                 "is missing")
     return v, data
+
+
+def _signed(data: bytes, where: str) -> BundleManifest:
+    from specbundle.attest.manifest import parse_manifest_unverified  # attest imports mirror
+
+    try:
+        return parse_manifest_unverified(data)
+    except VerificationError as err:
+        raise VerificationError(f"{where}: {err.message}",
+                                hint="restore the bundle from a transfer set or re-sign it") \
+            from None
+
+
+def live_records(mirror: Mirror, name: str) -> list[BundleRecord]:
+    """The signed versions whose bytes must stay: the current one and the one an admission
+    pins (``admit/status.json`` names its manifest digest). Unverified parsing is enough
+    here: this only ever *keeps* bytes, and verify checks the signature before any use.
+
+    Raises:
+        VerificationError: ``current`` or its manifest is corrupt (gc cannot tell what to keep).
+    """
+    cur = read_current_manifest(mirror, name)
+    if cur is None:
+        return []
+    man = _signed(cur[1], f"bundles/{name}/{manifest_rel(cur[0])}")
+    out = [man.record]
+    raw = mirror.read_bundle_file(name, _ADMISSION_STATUS)
+    try:
+        pinned = loads_json(raw, what=_ADMISSION_STATUS).get("manifest_sha256") if raw else None
+    except (MalformedDocument, AttributeError):
+        pinned = None  # an unreadable status pins nothing
+    if not isinstance(pinned, str) or pinned == man.digest:
+        return out
+    d = mirror.bundle_dir(name) / "versions"
+    for p in sorted(d.glob("*/manifest.json")) if d.is_dir() else ():
+        old = _signed(p.read_bytes(), str(p))
+        if old.digest == pinned:
+            out.append(old.record)
+    return out
 
 
 def write_manifest(mirror: Mirror, name: str, version: int, data: bytes) -> Path:

@@ -34,6 +34,10 @@ _TYPE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]
 def attach_file(store: Backend, reference: str, data: bytes, artifact_type: str,
                 title: str) -> str:
     """Push ``data`` as a referrer of the manifest ``reference`` names; returns its digest."""
+    if not reference.startswith("sha256:"):
+        raise UsageError(f"the subject must be named by digest, not by tag {reference!r}: a "
+                         "tag can move, and the referrer would bind whatever it names now",
+                         hint="REGISTRY/REPO@sha256:<index digest> (oci push prints it)")
     if not _TYPE.match(artifact_type):
         raise UsageError(f"{artifact_type!r} is not a media type")
     if len(data) > MAX_META_BYTES:
@@ -41,7 +45,7 @@ def attach_file(store: Backend, reference: str, data: bytes, artifact_type: str,
     raw, media_type = store.get_manifest(reference, MAX_MANIFEST_BYTES)
     subject = Descriptor(media_type or IMAGE_INDEX, f"sha256:{hashlib.sha256(raw).hexdigest()}",
                          len(raw))
-    if reference.startswith("sha256:") and subject.digest != reference:
+    if subject.digest != reference:
         raise UsageError(f"{store.name}@{reference} returned other content")
     empty = store.push_bytes(f"sha256:{sha256_bytes(EMPTY_JSON)}", EMPTY_JSON)
     layer = Descriptor(artifact_type, f"sha256:{sha256_bytes(data)}", len(data),

@@ -102,6 +102,9 @@ def find_credentials(registry: str, config: Path | None = None) -> Credentials |
             doc = load_json_file(path, max_bytes=1024 * 1024)
         except MalformedDocument as err:
             raise EnvironmentProblem(f"registry auth file {path} is malformed: {err}") from None
+        if not isinstance(doc, dict):
+            raise EnvironmentProblem(f"registry auth file {path} is not a JSON object",
+                                     hint="a docker config.json: {\"auths\": {...}}")
         if isinstance(doc, dict):
             found = _from_config(doc, registry)
             if found is not None:

@@ -96,3 +96,7 @@ class Backend(Protocol):
     def referrers(self, subject: Descriptor, max_bytes: int) -> list[Descriptor]:
         """Descriptors of the manifests whose ``subject`` is ``subject`` (unverified)."""
         ...
+
+    def abort(self) -> None:
+        """Make running blob reads fail at once (Ctrl-C); no new one starts."""
+        ...

@@ -11,6 +11,7 @@ storage sends blob GETs to a pre-signed URL) are followed without the header on 
 from __future__ import annotations
 
 import http.client
+import socket
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from urllib.parse import urljoin, urlsplit
 
 from specbundle.errors import SourceUnavailable
 
-__all__ = ["stream_get"]
+__all__ = ["BodyCut", "stream_get"]
 
 _BLOCK = 1024 * 1024
 _MAX_REDIRECTS = 5
@@ -39,12 +40,21 @@ def _connect(url: str, context: ssl.SSLContext | None, timeout: float
 
 @contextmanager
 def stream_get(url: str, authorization: str | None, context: ssl.SSLContext | None, *,
-               timeout: float = 600.0) -> Iterator[tuple[int, Iterator[bytes]]]:
-    """GET ``url``; yields (status, body blocks). Non-200 statuses come with an empty body."""
+               timeout: float = 60.0, offset: int = 0,
+               active: set[socket.socket] | None = None,
+               ) -> Iterator[tuple[int, Iterator[bytes]]]:
+    """GET ``url`` (from byte ``offset``: a Range request); yields (status, body blocks).
+
+    Statuses other than 200 and 206 come with an empty body. ``timeout`` bounds the connect
+    and every read; while the body streams its socket is in ``active``, so that an abort
+    (Ctrl-C) can shut it and the blocked read fails at once.
+    """
     origin = urlsplit(url).netloc
     for _ in range(_MAX_REDIRECTS + 1):
         conn, path = _connect(url, context, timeout)
-        headers = {"User-Agent": "specbundle"}
+        headers = {"User-Agent": "specbundle", "Accept-Encoding": "identity"}
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
         if authorization and urlsplit(url).netloc == origin:
             headers["Authorization"] = authorization
         try:
@@ -58,20 +68,30 @@ def stream_get(url: str, authorization: str | None, context: ssl.SSLContext | No
             url = urljoin(url, resp.getheader("location") or "")
             conn.close()
             continue
+        sock = conn.sock
+        if active is not None and sock is not None:
+            active.add(sock)
         try:
-            yield resp.status, (_blocks(resp, origin) if resp.status == 200 else iter(()))
+            yield resp.status, (_blocks(resp, origin) if resp.status in (200, 206)
+                                else iter(()))
         finally:
+            if active is not None and sock is not None:
+                active.discard(sock)
             conn.close()
         return
     raise SourceUnavailable(f"registry {origin}: too many redirects for a blob")
 
 
+class BodyCut(SourceUnavailable):
+    """The connection failed while a body streamed (the caller may resume with a Range)."""
+
+
 def _blocks(resp: http.client.HTTPResponse, origin: str) -> Iterator[bytes]:
+    """Body blocks; a connection that ends early simply ends (the caller counts bytes)."""
     buf = bytearray(_BLOCK)
     view = memoryview(buf)
     try:
         while n := resp.readinto(buf):
             yield bytes(view[:n])
     except (OSError, http.client.HTTPException) as err:
-        raise SourceUnavailable(f"registry {origin}: blob read failed: {type(err).__name__}"
-                                ) from None
+        raise BodyCut(f"registry {origin}: blob read failed: {type(err).__name__}") from None

@@ -107,6 +107,9 @@ class LayoutBackend:
         with p.open("rb") as fh:
             yield bounded(iter(lambda: fh.read(_BLOCK), b""), size, digest)
 
+    def abort(self) -> None:
+        """Nothing to shut: local file reads never stall."""
+
     def open_blob(self, digest: str, size: int) -> AbstractContextManager[Iterator[bytes]]:
         """Stream a blob file; at most ``size`` bytes are accepted."""
         return self._open(digest, size)

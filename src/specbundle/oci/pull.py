@@ -216,7 +216,8 @@ def pull_bundle(store: Backend, reference: str, mirror: Mirror, policy: TrustPol
     if reference.startswith("sha256:") and digest != reference:
         raise VerificationError(f"{store.name}@{reference} returned content hashing to {digest}")
     fetched = _fetch(store, digest, _parse(data, "bundle index"))
-    staged = stage_and_commit(mirror, fetched, policy, store.open_blob, progress=progress)
+    staged = stage_and_commit(mirror, fetched, policy, store.open_blob, progress=progress,
+                              abort=store.abort)
     source = f"{store.name}:{reference}" if not reference.startswith("sha256:") else \
         f"{store.name}@{reference}"
     moved = None

@@ -13,8 +13,8 @@ No secret reaches a message: errors name the method, the path and the status onl
 
 from __future__ import annotations
 
-import base64
 import hashlib
+import socket
 import ssl
 import threading
 from collections.abc import Generator, Iterator
@@ -28,18 +28,23 @@ import httpx
 from specbundle import _faults
 from specbundle._fsutil import atomic_write_bytes
 from specbundle.errors import MirrorError, SourceUnavailable, UsageError, VerificationError
+from specbundle.netlimits import NetLimits, RateWatch
 from specbundle.oci.auth import Credentials
 from specbundle.oci.backend import BlobPush, Progress, bounded, fallback_tag, with_referrer
-from specbundle.oci.blobget import stream_get
+from specbundle.oci.blobget import BodyCut, stream_get
 from specbundle.oci.media import IMAGE_INDEX, IMAGE_MANIFEST, MAX_MANIFEST_BYTES, Descriptor, dumps
 from specbundle.oci.ref import Reference, is_loopback
+from specbundle.oci.tokenauth import MAX_REPLY, TokenAuth, read_capped
 from specbundle.strict import MalformedDocument, loads_json
 
-__all__ = ["DEFAULT_CHUNK", "RegistryBackend", "RegistryOptions"]
+__all__ = ["DEFAULT_CHUNK", "MAX_CHUNK", "MIN_CHUNK", "RegistryBackend", "RegistryOptions"]
 
 DEFAULT_CHUNK = 64 * 1024 * 1024
+#: a chunk is one request: tiny ones never finish a large blob, huge ones defeat resuming
+MIN_CHUNK, MAX_CHUNK = 64 * 1024, 4 << 30
 _BLOCK = 1024 * 1024
 _MANIFEST_ACCEPT = f"{IMAGE_INDEX}, {IMAGE_MANIFEST}"
+_RESUMES = 3  # a blob read resumed this many times in a row without a byte gives up
 
 _faults.register("oci.chunk-uploaded")
 
@@ -49,7 +54,12 @@ class RegistryOptions:
 
     def __init__(self, *, ca_bundle: Path | None = None, plain_http: bool = False,
                  credentials: Credentials | None = None, chunk_size: int = DEFAULT_CHUNK,
-                 state_dir: Path | None = None, mount_from: tuple[str, ...] = ()) -> None:
+                 state_dir: Path | None = None, mount_from: tuple[str, ...] = (),
+                 limits: NetLimits | None = None) -> None:
+        if not MIN_CHUNK <= chunk_size <= MAX_CHUNK:
+            raise UsageError(f"chunk size {chunk_size} B is outside {MIN_CHUNK} B-"
+                             f"{MAX_CHUNK >> 30} GiB", hint="--chunk-size 64M (the default)")
+        self.limits = limits or NetLimits("SPECBUNDLE_OCI")
         self.ca_bundle = ca_bundle
         self.plain_http = plain_http
         self.credentials = credentials
@@ -59,113 +69,6 @@ class RegistryOptions:
 
     def __repr__(self) -> str:
         return f"RegistryOptions(plain_http={self.plain_http}, chunk_size={self.chunk_size})"
-
-
-def _challenge(header: str) -> tuple[str, dict[str, str]]:
-    scheme, _, rest = header.strip().partition(" ")
-    params: dict[str, str] = {}
-    for part in _split_params(rest):
-        k, _, v = part.partition("=")
-        params[k.strip().lower()] = v.strip().strip('"')
-    return scheme.lower(), params
-
-
-def _split_params(text: str) -> Iterator[str]:
-    buf, quoted = "", False
-    for ch in text:
-        if ch == '"':
-            quoted = not quoted
-        if ch == "," and not quoted:
-            yield buf
-            buf = ""
-        else:
-            buf += ch
-    if buf.strip():
-        yield buf
-
-
-class _TokenAuth(httpx.Auth):
-    """Docker registry auth: answer Bearer challenges with a token, Basic with the password.
-
-    Tokens are cached per challenge scope and sent proactively on later requests to the same
-    repository, so a streamed upload body is never sent into a 401 (it could not be replayed).
-    """
-
-    # False: a blob GET must stream, not be read whole first; the token reply is read below
-    requires_response_body = False
-
-    def __init__(self, creds: Credentials | None) -> None:
-        self._creds = creds
-        self._lock = threading.Lock()
-        self._tokens: dict[str, str] = {}  # repository -> "Bearer x" / "Basic y"
-
-    @staticmethod
-    def _repo(url: httpx.URL) -> str:
-        path = url.path.removeprefix("/v2/")
-        for marker in ("/blobs/", "/manifests/", "/referrers/", "/tags/"):
-            if marker in path:
-                return path.split(marker, 1)[0]
-        return ""
-
-    def header(self, repo: str) -> str | None:
-        """The Authorization value cached for ``repo`` (None: anonymous so far)."""
-        with self._lock:
-            return self._tokens.get(repo) or self._tokens.get("")
-
-    def _basic(self) -> str | None:
-        if self._creds is None or self._creds.identity:
-            return None
-        raw = f"{self._creds.username}:{self._creds.secret}".encode()
-        return "Basic " + base64.b64encode(raw).decode()
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        repo = self._repo(request.url)
-        with self._lock:
-            cached = self._tokens.get(repo) or self._tokens.get("")
-        if cached:
-            request.headers["Authorization"] = cached
-        response = yield request
-        if response.status_code != 401:
-            return
-        scheme, params = _challenge(response.headers.get("www-authenticate", ""))
-        if scheme == "basic":
-            value = self._basic()
-        elif scheme == "bearer" and params.get("realm"):
-            value = yield from self._token(params, repo, request)
-        else:
-            return
-        if value is None:
-            return
-        with self._lock:
-            self._tokens[repo] = value
-        request.headers["Authorization"] = value
-        yield request
-
-    def _token(self, params: dict[str, str], repo: str, request: httpx.Request
-               ) -> Generator[httpx.Request, httpx.Response, str | None]:
-        scope = params.get("scope") or (f"repository:{repo}:pull,push" if repo else "")
-        query = {"service": params.get("service", ""), "scope": scope}
-        realm = params["realm"]
-        if urlsplit(realm).scheme not in ("https", "http"):
-            return None
-        if self._creds is not None and self._creds.identity:
-            req = httpx.Request("POST", realm, data={
-                "grant_type": "refresh_token", "refresh_token": self._creds.secret,
-                "service": query["service"], "scope": scope, "client_id": "specbundle"})
-        else:
-            req = httpx.Request("GET", realm, params={k: v for k, v in query.items() if v})
-            basic = self._basic()
-            if basic:
-                req.headers["Authorization"] = basic
-        resp = yield req
-        if resp.status_code != 200:
-            return None
-        try:
-            doc = loads_json(resp.read(), max_bytes=1024 * 1024, what="token reply")
-        except MalformedDocument:
-            return None
-        tok = doc.get("token") or doc.get("access_token") if isinstance(doc, dict) else None
-        return f"Bearer {tok}" if isinstance(tok, str) and tok else None
 
 
 class RegistryBackend:
@@ -189,29 +92,49 @@ class RegistryBackend:
         self.opts = opts
         self.referrers_api: bool | None = None
         self._settled = False  # a blob request went through httpx's auth flow once
-        self._auth = _TokenAuth(opts.credentials)
+        self._limits = opts.limits
+        self._auth = TokenAuth(opts.credentials, opts.limits)
+        self._active: set[socket.socket] = set()  # blob bodies streaming now (for abort)
+        self._aborted = threading.Event()
         self._ssl: ssl.SSLContext | None = verify if isinstance(verify, ssl.SSLContext) else (
             ssl.create_default_context() if scheme == "https" else None)
         self._client = httpx.Client(
             base_url=f"{scheme}://{ref.registry}", verify=verify, auth=self._auth,
-            timeout=httpx.Timeout(60.0, read=600.0), follow_redirects=True,
+            timeout=httpx.Timeout(opts.limits.read, connect=opts.limits.connect),
+            follow_redirects=True,
             headers={"User-Agent": "specbundle"})
 
     def close(self) -> None:
         """Close the connection pool."""
         self._client.close()
 
+    def abort(self) -> None:
+        """Shut the sockets of blob bodies streaming now: their blocked reads fail at once
+        (Ctrl-C), and no new blob read starts."""
+        self._aborted.set()
+        for sock in list(self._active):
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
     # -- plumbing -----------------------------------------------------------------------------
-    def _req(self, method: str, url: str, *, ok: tuple[int, ...], **kw: Any) -> httpx.Response:
+    def _req(self, method: str, url: str, *, ok: tuple[int, ...], cap: int = MAX_REPLY,
+             **kw: Any) -> httpx.Response:
+        """One request; the reply is streamed, at most ``cap`` bytes within the deadline."""
+        what = f"registry {self.ref.registry}: {method} {urlsplit(url).path}"
         try:
-            resp = self._client.request(method, url, **kw)
+            with self._client.stream(method, url, **kw) as resp:
+                body = b"" if method == "HEAD" else read_capped(resp, cap, what, self._limits)
         except httpx.HTTPError as err:
             raise SourceUnavailable(f"registry {self.ref.registry} unreachable "
                                     f"({method} {urlsplit(url).path}): {type(err).__name__}"
                                     ) from None
-        if resp.status_code not in ok:
-            raise self._error(method, url, resp)
-        return resp
+        headers = [(k, v) for k, v in resp.headers.multi_items()  # the body is decoded
+                   if k.lower() not in ("content-encoding", "transfer-encoding")]
+        out = httpx.Response(resp.status_code, headers=headers, content=body,
+                             request=resp.request)
+        if out.status_code not in ok:
+            raise self._error(method, url, out)
+        return out
 
     def _error(self, method: str, url: str, resp: httpx.Response) -> SourceUnavailable:
         path = urlsplit(url).path
@@ -370,24 +293,64 @@ class RegistryBackend:
                   headers={"Content-Type": "application/octet-stream"}, ok=(201,))
         return BlobPush(digest, len(data), len(data))
 
-    @contextmanager
-    def _open(self, digest: str, size: int) -> Iterator[Iterator[bytes]]:
-        url = self._blob_url(digest)
+    def _stream(self, url: str, offset: int) -> Iterator[bytes]:
+        """The blob body from ``offset`` on (a registry that ignores Range is skipped ahead)."""
         # httpx settles auth (a HEAD answers the challenge, the token is cached), then the body
         # streams through http.client (see specbundle.oci.blobget for why)
         for attempt in (1, 2):
             if not self._settled or attempt == 2:  # a 401 means the token expired: renew it
                 self._req("HEAD", url, ok=(200, 307, 302))
                 self._settled = True
-            with stream_get(self._abs(url), self._auth.header(self.repo), self._ssl) as (
+            with stream_get(self._abs(url), self._auth.header(self.repo), self._ssl,
+                            timeout=self._limits.read, offset=offset, active=self._active) as (
                     status, blocks):
                 if status == 401 and attempt == 1:
                     continue
-                if status != 200:
+                if status not in (200, 206):
                     raise SourceUnavailable(f"registry {self.ref.registry}: GET {url} -> "
                                             f"{status}")
-                yield bounded(blocks, size, digest)
+                skip = offset if status == 200 else 0
+                for b in blocks:
+                    if skip:
+                        n = min(skip, len(b))
+                        b, skip = b[n:], skip - n
+                    if b:
+                        yield b
                 return
+
+    def _resuming(self, digest: str, size: int) -> Generator[bytes, None, None]:
+        """Blob bytes; a connection cut or closed early is resumed where it stopped (a
+        network failure, exit 6, never taken for tampering), under the rate floor."""
+        url, got, idle = self._blob_url(digest), 0, 0
+        watch = RateWatch(self._limits, f"blob {digest} from {self.ref.registry}")
+        while True:
+            if self._aborted.is_set():
+                raise SourceUnavailable(f"blob {digest} from {self.ref.registry}: interrupted")
+            before = got
+            try:
+                for b in self._stream(url, got):
+                    got += len(b)
+                    watch.add(len(b))
+                    yield b
+            except BodyCut as err:
+                cut: SourceUnavailable | None = err
+            else:
+                cut = None
+            if got >= size:
+                return
+            idle = 0 if got > before else idle + 1
+            if idle >= _RESUMES or self._aborted.is_set():
+                raise cut or SourceUnavailable(
+                    f"registry {self.ref.registry}: blob {digest} ended at {got} of {size} B",
+                    hint="the connection keeps closing early; rerun to resume")
+
+    @contextmanager
+    def _open(self, digest: str, size: int) -> Iterator[Iterator[bytes]]:
+        blocks = self._resuming(digest, size)
+        try:
+            yield bounded(blocks, size, digest)
+        finally:
+            blocks.close()
 
     def open_blob(self, digest: str, size: int) -> AbstractContextManager[Iterator[bytes]]:
         """Stream a blob; at most ``size`` bytes are accepted."""
@@ -444,32 +407,23 @@ class RegistryBackend:
                 if resp.status_code == 404:
                     raise _NotFound(f"{self.name}: no manifest {reference}")
                 if resp.status_code != 200:
-                    resp.read()
-                    raise self._error("GET", url, resp)
-                declared = resp.headers.get("content-length")
-                if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-                    raise VerificationError(f"{self.name}: manifest {reference} is "
-                                            f"{declared} bytes, over the {max_bytes} limit")
-                buf = bytearray()
-                for b in resp.iter_bytes(65536):
-                    buf += b
-                    if len(buf) > max_bytes:
-                        raise VerificationError(f"{self.name}: manifest {reference} is over "
-                                                f"the {max_bytes}-byte limit")
+                    raise self._error("GET", url, httpx.Response(
+                        resp.status_code, content=read_capped(resp, MAX_REPLY, url,
+                                                              self._limits)))
+                buf = read_capped(resp, max_bytes, f"{self.name}: manifest {reference}",
+                                  self._limits)
                 mt = resp.headers.get("content-type", "").split(";")[0].strip()
         except httpx.HTTPError as err:
             raise SourceUnavailable(f"registry {self.ref.registry} unreachable: "
                                     f"{type(err).__name__}") from None
-        return bytes(buf), mt
+        return buf, mt
 
     def referrers(self, subject: Descriptor, max_bytes: int) -> list[Descriptor]:
         """The referrers API if the registry has it, else the fallback tag."""
         resp = self._req("GET", f"/v2/{self.repo}/referrers/{subject.digest}", ok=(200, 404),
-                         headers={"Accept": IMAGE_INDEX})
+                         cap=max_bytes, headers={"Accept": IMAGE_INDEX})
         if resp.status_code == 200 and \
                 resp.headers.get("content-type", "").startswith(IMAGE_INDEX):
-            if len(resp.content) > max_bytes:
-                raise VerificationError(f"{self.name}: referrers list over {max_bytes} bytes")
             try:
                 raw = loads_json(resp.content, max_bytes=max_bytes)["manifests"]
             except (MalformedDocument, KeyError, TypeError) as err:

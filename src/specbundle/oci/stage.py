@@ -46,6 +46,7 @@ from specbundle.transfer.importer import (
     CommitPoints,
     check_log_floor,
     commit_version,
+    discard_on_disk_error,
     staging_lock,
 )
 from specbundle.verify import HashedFile, TrustPolicy, VerifiedBundle, verify_bundle, write_hashed
@@ -56,9 +57,10 @@ from specbundle.verify.revocations import revoked_fingerprints
 __all__ = ["Fetched", "StageResult", "stage_and_commit"]
 
 _faults.register("oci.pull-object-staged", "oci.pull-object-committed", "oci.pull-files-written",
-                 "oci.pull-objects-moved", "oci.pull-attestations-appended")
+                 "oci.pull-objects-moved", "oci.pull-attestations-appended", "oci.pull-logged")
 _POINTS = CommitPoints("oci.pull-objects-moved", "oci.pull-files-written",
-                       "oci.pull-attestations-appended", "oci.pull-object-committed")
+                       "oci.pull-attestations-appended", "oci.pull-object-committed",
+                       "oci.pull-logged")
 
 OpenBlob = Callable[[str, int], AbstractContextManager[Iterator[bytes]]]
 Progress = Callable[[int], None]
@@ -201,8 +203,8 @@ def _pick_envelopes(lines: list[bytes], policy: TrustPolicy, ignored: list[str])
 
 
 def _stage_objects(staging: Mirror, mirror: Mirror, man: BundleManifest, fetched: Fetched,
-                   open_blob: OpenBlob, progress: Progress | None, workers: int
-                   ) -> tuple[list[HashedFile], int]:
+                   open_blob: OpenBlob, progress: Progress | None, workers: int,
+                   abort: Callable[[], None] | None = None) -> tuple[list[HashedFile], int]:
     """Stage every object the manifest names; downloads run ``workers`` at a time (network,
     hashing and fsync of different objects overlap, as skopeo's parallel layer copies do)."""
     rec = man.record
@@ -241,8 +243,18 @@ def _stage_objects(staging: Mirror, mirror: Mirror, man: BundleManifest, fetched
         return got
 
     todo.sort(key=lambda t: -t[1])  # big first: best overlap
-    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="oci-pull") as pool:
+    pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="oci-pull")
+    try:
         hashed = list(pool.map(fetch, todo))
+    except BaseException:
+        # Ctrl-C or a failed blob: shut the running reads now (a stalled one included);
+        # staged objects stay for the rerun
+        if abort is not None:
+            abort()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
     return hashed, sum(size for _, size in todo)
 
 
@@ -290,6 +302,14 @@ def _unchanged(mirror: Mirror, verified: VerifiedBundle, man_bytes: bytes,
     return all(ln in have for ln in lines)
 
 
+def _logged(mirror: Mirror, name: str, manifest_sha256: str) -> bool:
+    """Whether the log records this version's arrival (an oci-pull or an import of it)."""
+    return any(ev.get("bundle") == name and ev.get("type") in ("oci-pull", "import")
+               and isinstance(ev.get("data"), dict)
+               and ev["data"].get("manifest_sha256") == manifest_sha256
+               for ev in mirror.read_events())
+
+
 def _check_version(mirror: Mirror, name: str, v: int, man_bytes: bytes) -> None:
     """Refuse a rollback, or another manifest for a version the mirror holds (lock held)."""
     cur = versions.current_version(mirror, name)
@@ -302,7 +322,8 @@ def _check_version(mirror: Mirror, name: str, v: int, man_bytes: bytes) -> None:
 
 
 def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open_blob: OpenBlob,
-                     *, progress: Progress | None = None, workers: int = 4) -> StageResult:
+                     *, progress: Progress | None = None, workers: int = 4,
+                     abort: Callable[[], None] | None = None) -> StageResult:
     """Stage, verify with :func:`verify_bundle`, then commit ``fetched`` into ``mirror``.
 
     Raises:
@@ -330,9 +351,10 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
         staging = Mirror.open(
             mirror.tmp_dir / f"oci-{fetched.source.removeprefix('sha256:')[:24]}", create=True)
         shutil.rmtree(staging.bundle_dir(name), ignore_errors=True)  # objects resume, not files
-        _write_version(staging, mirror, man, man_bytes, files, sigs, lines)
-        hashed, nbytes = _stage_objects(staging, mirror, man, fetched, open_blob, progress,
-                                        workers)
+        with discard_on_disk_error(staging, sum(fetched.objects.values())):
+            _write_version(staging, mirror, man, man_bytes, files, sigs, lines)
+            hashed, nbytes = _stage_objects(staging, mirror, man, fetched, open_blob, progress,
+                                            workers, abort)
         try:
             for art in man.record.artifacts:
                 staging.link_snapshot(art)
@@ -345,15 +367,17 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
             _check_version(mirror, name, verified.version, man_bytes)  # another writer won?
             unchanged = _unchanged(mirror, verified, man_bytes, lines)
             added = 0
+            event = {"index": fetched.source, "bundle_version": verified.version,
+                     "manifest_sha256": verified.manifest_digest,
+                     "target": verified.record.target.commit,
+                     "draft": verified.record.draft.commit if verified.record.draft else None}
             if not unchanged:
                 versions.reclaim_unflipped(mirror, name)  # a crashed writer's version folders
-                added = commit_version(staging, mirror, verified, points=_POINTS)
-                mirror.append_event("oci-pull", name, {
-                    "index": fetched.source, "bundle_version": verified.version,
-                    "manifest_sha256": verified.manifest_digest,
-                    "target": verified.record.target.commit,
-                    "draft": verified.record.draft.commit if verified.record.draft else None,
-                    "attestations_added": added})
+                added = commit_version(staging, mirror, verified, points=_POINTS,
+                                       event=("oci-pull", event))
+            elif not _logged(mirror, name, verified.manifest_digest):
+                # committed by a run whose event was lost (an older release logged last)
+                mirror.append_event("oci-pull", name, {**event, "attestations_added": 0})
         shutil.rmtree(staging.root, ignore_errors=True)
     return StageResult(verified, "unchanged" if unchanged else "pulled", len(hashed), nbytes,
                        added, tuple(ignored))

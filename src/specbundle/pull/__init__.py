@@ -10,8 +10,6 @@ visible; an interrupted pull resumes from what it verified.
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -251,31 +249,32 @@ def _publish(mirror: Mirror, record: BundleRecord) -> tuple[str, ...]:
     return ()
 
 
-def _save_with_rollback(mirror: Mirror, record: BundleRecord,
-                        previous: BundleRecord | None) -> None:
-    """Save the record and log it; if logging fails, put the previous record back."""
-    path = mirror.bundle_dir(record.name) / "bundle.json"
-    backup: Path | None = None
-    if path.exists():
-        fd, name = tempfile.mkstemp(prefix=f".rollback-{record.name}.", dir=mirror.tmp_dir)
-        os.close(fd)
-        backup = Path(name)
-        backup.unlink()
-        os.link(path, backup)  # a second name for the old record: no data blocks needed
-    try:
-        mirror.save_bundle(record, publish=False)
-        _faults.point("pull.record-saved")
+def _pending(mirror: Mirror, name: str, previous: BundleRecord | None,
+             target: ArtifactRecord, draft: ArtifactRecord | None) -> str | None:
+    """``created`` of a logged pull of these commits whose record never became visible (a
+    crash between the event and the record): the rerun saves the record under that event."""
+    for ev in reversed(mirror.read_events()):
+        if ev.get("type") != "pull" or ev.get("bundle") != name:
+            continue
+        data = ev.get("data")
+        if not isinstance(data, dict) or not isinstance(data.get("created"), str) \
+                or (previous is not None and data["created"] == previous.created):
+            return None
+        want = _event_data(BundleRecord(name, {}, target, draft, "", ""), None)
+        same = all(data.get(k) == want[k] for k in ("target", "draft"))
+        return data["created"] if same else None
+    return None
+
+
+def _log_then_save(mirror: Mirror, record: BundleRecord, previous: BundleRecord | None,
+                   logged: bool) -> None:
+    """Log the pull, then save the record: nothing is visible that the log does not hold
+    (a failed append leaves the previous record as it was, exit 6 means nothing changed)."""
+    if not logged:
         mirror.append_event("pull", record.name, _event_data(record, previous))
-    except BaseException:
-        if backup is not None:
-            backup.replace(path)
-        else:
-            path.unlink(missing_ok=True)
-        raise
-    finally:
-        if backup is not None:
-            backup.unlink(missing_ok=True)
     _faults.point("pull.event-appended")
+    mirror.save_bundle(record, publish=False)
+    _faults.point("pull.record-saved")
 
 
 def _commit(spec: BundleSpec, mirror: Mirror, records: dict[str, ArtifactRecord],
@@ -302,12 +301,13 @@ def _commit(spec: BundleSpec, mirror: Mirror, records: dict[str, ArtifactRecord]
             mirror.write_bundle_file(
                 spec.name, f"history/bundle-{previous.created.replace(':', '')}.json",
                 (Path(mirror.bundle_dir(spec.name)) / "bundle.json").read_bytes())
+        pending = _pending(mirror, spec.name, previous, target, draft)
         record = BundleRecord(
             name=spec.name, spec=dump_spec(spec), target=target, draft=draft,
-            created=utc_now(), tool_version=__version__,
+            created=pending or utc_now(), tool_version=__version__,
             # blobs other stages attached (engine image archives) stay with the bundle
             extra_blobs=previous.extra_blobs if previous is not None else (),
             prompts_sha256=prompts_sha,
         )
-        _save_with_rollback(mirror, record, previous)
+        _log_then_save(mirror, record, previous, logged=pending is not None)
         return PullResult(record, counts, unchanged=False, notes=_publish(mirror, record))

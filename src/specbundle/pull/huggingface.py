@@ -24,7 +24,6 @@ import os
 import re
 import socket
 import threading
-import time
 from typing import Any
 
 import httpx
@@ -42,6 +41,7 @@ from huggingface_hub.utils._headers import build_hf_headers
 
 from specbundle import ids
 from specbundle.errors import SourceUnavailable, UsageError, redact
+from specbundle.netlimits import NetLimits, RateWatch
 from specbundle.pull.interface import ModelSource, OpenSink, RemoteFile, ResolvedRevision
 
 __all__ = ["DEFAULT_ENDPOINT", "HubSource", "HubTimeouts", "endpoint_from_env",
@@ -66,24 +66,11 @@ def _token() -> str | None:
     return os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN") or None
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name, default))
-    except ValueError:
-        raise UsageError(f"${name} must be a number of seconds or bytes") from None
-    return value if value > 0 else default
-
-
-class HubTimeouts:
+class HubTimeouts(NetLimits):
     """Limits for every hub call; ``SPECBUNDLE_HUB_*`` variables override the defaults."""
 
     def __init__(self) -> None:
-        #: connect timeout and longest wait for any byte, metadata or download
-        self.connect = _env_float("SPECBUNDLE_HUB_CONNECT_TIMEOUT", 15.0)
-        self.read = _env_float("SPECBUNDLE_HUB_READ_TIMEOUT", 60.0)
-        #: a download averaging under ``min_rate`` bytes/s over ``window`` seconds is abandoned
-        self.min_rate = _env_float("SPECBUNDLE_HUB_MIN_RATE", 16 * 1024.0)
-        self.window = _env_float("SPECBUNDLE_HUB_RATE_WINDOW", 30.0)
+        super().__init__("SPECBUNDLE_HUB")
 
 
 def split_endpoint(raw: str) -> tuple[str, str | None]:
@@ -108,14 +95,28 @@ def split_endpoint(raw: str) -> tuple[str, str | None]:
     return clean, auth
 
 
+# huggingface_hub's backoff narrates every retry (HTTP 429/5xx, timeouts) as a warning; the
+# error that ends the retries is reported once, in our words, so those lines are dropped
+_RETRY_CHATTER = re.compile(r"^Retrying in |^Rate limited\. | thrown while requesting ")
+
+
+def _why(err: BaseException) -> str:
+    """One line for a library error (huggingface_hub appends the server's body on new lines)."""
+    lines = str(err).splitlines()
+    return ids.printable(lines[0] if lines else type(err).__name__)[:300]
+
+
 class _Redacting(logging.Filter):
-    """Rewrites a library's log record through ``errors.redact`` before any handler emits it."""
+    """Rewrites a library's log record through ``errors.redact`` before any handler emits it,
+    and drops the library's retry narration."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             text = record.getMessage()
         except (TypeError, ValueError):
             text = str(record.msg)
+        if record.name.startswith("huggingface_hub") and _RETRY_CHATTER.search(text):
+            return False
         record.msg, record.args = redact(text), None
         return True
 
@@ -213,7 +214,8 @@ class HubSource(ModelSource):
         except RepositoryNotFoundError as err:
             raise self._missing(repo, revision) from err
         except _UNREACHABLE as err:
-            raise SourceUnavailable(f"{self.endpoint} unavailable resolving {repo}: {err}") from err
+            raise SourceUnavailable(f"{self.endpoint} unavailable resolving {repo}: "
+                                    f"{_why(err)}") from err
         except _MALFORMED as err:
             raise self._malformed(f"model info of {repo}@{revision}", err) from err
         commit: object = info.sha
@@ -232,7 +234,7 @@ class HubSource(ModelSource):
                 for e in tree if isinstance(e, RepoFile)
             )
         except _UNREACHABLE as err:
-            raise SourceUnavailable(f"cannot list {repo}@{commit}: {err}") from err
+            raise SourceUnavailable(f"cannot list {repo}@{commit}: {_why(err)}") from err
         except _MALFORMED as err:
             raise self._malformed(f"file listing of {repo}@{commit}", err) from err
         return ResolvedRevision(repo, revision, commit, "git", files)
@@ -299,16 +301,8 @@ class HubSource(ModelSource):
             raise SourceUnavailable(
                 f"{resolved.repo}/{file.path}: HTTP {resp.status_code}")
         write = sink(resp.status_code == 206)
-        start, got = time.monotonic(), 0
+        watch = RateWatch(self._t, f"download of {resolved.repo}/{file.path}",
+                          hint="the partial file is kept; rerun to resume")
         for chunk in resp.iter_raw():  # network-sized chunks: the rate check runs often
             write(chunk)
-            got += len(chunk)
-            now = time.monotonic()
-            if now - start >= self._t.window:
-                if got / (now - start) < self._t.min_rate:
-                    raise SourceUnavailable(
-                        f"download of {resolved.repo}/{file.path} abandoned: {got} bytes "
-                        f"in {now - start:.0f} s, under {self._t.min_rate:.0f} B/s",
-                        hint="the partial file is kept; rerun to resume "
-                             "(SPECBUNDLE_HUB_MIN_RATE sets the floor)")
-                start, got = now, 0
+            watch.add(len(chunk))

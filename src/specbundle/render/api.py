@@ -18,7 +18,13 @@ from typing import Any
 from specbundle import __version__
 from specbundle._fsutil import atomic_write_bytes, fsync_dir
 from specbundle.bundle import Bundle
-from specbundle.errors import EnvironmentProblem, MirrorError, RenderError, UsageError
+from specbundle.errors import (
+    CorruptMirror,
+    EnvironmentProblem,
+    MirrorError,
+    RenderError,
+    UsageError,
+)
 from specbundle.image_record import parse_image_record
 from specbundle.mirror import Mirror
 from specbundle.record import BundleRecord
@@ -70,6 +76,8 @@ class RenderResult:
     lint: LintReport
     #: which reading of the bundle was rendered (signed version, or unsigned and said so)
     custody: dict[str, Any]
+    #: what the caller should know (e.g. that nothing was logged)
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for ``--json``."""
@@ -224,6 +232,8 @@ def render_bundle(
     eng_name, eng = _engine(engine)
     tgt = _target(target)
     mirror, record, name = bundle.mirror, bundle.record, bundle.name
+    if not bundle.signed:  # nothing re-hashed the bytes: at least every object must be there
+        _check_objects(mirror, record)
     report = lint_bundle(bundle, engine=eng_name, target=target, image=image,
                          image_digest=image_digest, allow_unpinned_image=allow_unpinned_image)
     report.raise_for_errors()
@@ -238,14 +248,23 @@ def render_bundle(
     )
     files = tgt.render(cmd, base, meta)
     dest = out_dir or mirror.bundle_dir(name) / "render" / eng_name.value / tgt.name
+    elsewhere = not dest.resolve().is_relative_to(mirror.root)
     extra = {
         "command.json": json.dumps({"speculative": cmd.to_json(), "baseline": base.to_json()},
                                    indent=2, sort_keys=True) + "\n",
         "lint.json": json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n",
     }
+    out = [(f.path, f.content, f.mode) for f in files] + [(k, v, 0o644) for k, v in extra.items()]
+    if elsewhere:
+        # Output that goes elsewhere writes nothing to the mirror, which a deployment node
+        # often mounts read-only: no lock, no event (the output folder is the record).
+        written = _write_folder(dest, out)
+        return RenderResult(name, eng_name, tgt.name, dest, tuple(written), cmd, base, report,
+                            bundle.custody(),
+                            (f"output outside the mirror: nothing written to {mirror.root}, "
+                             "no render event logged",))
     with mirror.lock():  # one writer swaps a render folder at a time
-        written = _write_folder(dest, [(f.path, f.content, f.mode) for f in files]
-                                + [(k, v, 0o644) for k, v in extra.items()])
+        written = _write_folder(dest, out)
         mirror.append_event("render", name, {
             "engine": eng_name.value, "target": tgt.name, "out_dir": str(dest),
             "image": cmd.image, "files": [p.name for p in written],
@@ -254,6 +273,17 @@ def render_bundle(
         })
     return RenderResult(name, eng_name, tgt.name, dest, tuple(written), cmd, base, report,
                         bundle.custody())
+
+
+def _check_objects(mirror: Mirror, record: BundleRecord) -> None:
+    """An unverified render refuses a bundle whose stored objects are missing or cut short."""
+    missing = [f"{a.role}:{f.path}" for a in record.artifacts for f in a.files
+               if not mirror.has_object(f.sha256, f.size)]
+    if missing:
+        raise CorruptMirror(f"bundle {record.name!r}: {len(missing)} file(s) missing from the "
+                            f"mirror's objects (first: {missing[0]})",
+                            hint="pull or import the bundle again; `specbundle verify` names "
+                                 "each one")
 
 
 def _write_folder(dest: Path, files: list[tuple[str, str, int]]) -> list[Path]:

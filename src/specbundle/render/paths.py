@@ -68,11 +68,19 @@ def ensure_aliases(mirror: Mirror, record: BundleRecord) -> tuple[Path, Path | N
         rel = os.path.relpath(snap, link.parent)
         if link.is_symlink() and str(link.readlink()) == rel:
             continue
-        link.parent.mkdir(parents=True, exist_ok=True)
-        tmp = link.parent / f".{link.name}.{os.getpid()}.tmp"
-        tmp.unlink(missing_ok=True)
-        tmp.symlink_to(rel, target_is_directory=True)
-        tmp.replace(link)
+        try:
+            link.parent.mkdir(parents=True, exist_ok=True)
+            tmp = link.parent / f".{link.name}.{os.getpid()}.tmp"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(rel, target_is_directory=True)
+            tmp.replace(link)
+        except OSError as err:  # a read-only mirror without the aliases in place
+            raise RenderError(
+                f"bundle {record.name!r}: cannot create the model alias {link}: "
+                f"{err.strerror or err}",
+                hint="render once where the mirror is writable (or `oci pull "
+                     "--render-aliases`); the rendered manifests read the models there") \
+                from None
     return target, draft
 
 

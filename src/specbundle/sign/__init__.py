@@ -17,25 +17,24 @@ from pathlib import Path
 from specbundle import _faults
 from specbundle._fsutil import atomic_write_bytes, canonical_json
 from specbundle.attest import (
-    Envelope,
     OmsManifest,
     SigningKey,
     append_attestation,
     build_model_sig,
     sign_statement,
 )
-from specbundle.attest.manifest import build_manifest
+from specbundle.attest.manifest import build_manifest, parse_manifest_unverified
 from specbundle.attest.mirrored import bundle_manifest
 from specbundle.attest.modeldir import hash_model_tree, scan_model_dir
 from specbundle.digest import sha256_bytes
-from specbundle.errors import ScanBlocked, UsageError
+from specbundle.errors import ScanBlocked, UsageError, VerificationError
 from specbundle.image_record import bundle_image_bytes
 from specbundle.mirror import Mirror, utc_now, versions
 from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.record import BundleRecord
 from specbundle.scan.findings import ScanReport
 from specbundle.sign.statements import fetch_provenance, pair_binding, scan_result
-from specbundle.strict import loads_json
+from specbundle.strict import MalformedDocument
 
 __all__ = [
     "SCAN_REPORT",
@@ -63,7 +62,18 @@ def _next_version(mirror: Mirror, name: str) -> tuple[int, str | None]:
     versions.reclaim_unflipped(mirror, name)
     if cur is None:
         return 1, None
-    return cur[0] + 1, sha256_bytes(Envelope.from_json(loads_json(cur[1])).payload)
+    where = f"bundles/{name}/{versions.manifest_rel(cur[0])}"
+    try:
+        man = parse_manifest_unverified(cur[1])
+    except (VerificationError, MalformedDocument) as err:
+        why = (str(err).splitlines() or ["malformed"])[0][:200]
+        raise VerificationError(f"{where} is corrupt: {why}",
+                                hint="restore the bundle from a transfer set; a new version "
+                                     "cannot chain to a corrupt one") from None
+    if man.bundle != name or man.version != cur[0]:
+        raise VerificationError(f"{where} names bundle {man.bundle!r} version {man.version}",
+                                hint="restore the bundle from a transfer set")
+    return cur[0] + 1, man.digest
 
 
 def _manifest_envelope(rec: BundleRecord, roots: dict[str, str], report_sha: str | None,

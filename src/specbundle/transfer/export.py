@@ -9,6 +9,7 @@ corrupt store cannot leak into a transfer. Optionally the parts go out as fixed-
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -19,14 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from specbundle import _faults
-from specbundle._fsutil import atomic_write_bytes, atomic_write_json
-from specbundle.attest import SigningKey, sign_statement
-from specbundle.attest.manifest import parse_manifest_unverified
+from specbundle._fsutil import atomic_write_bytes, atomic_write_json, disk_error
+from specbundle.attest import Envelope, SigningKey, sign_statement
+from specbundle.attest.log import read_attestations
+from specbundle.attest.manifest import BundleManifest, parse_manifest_unverified
 from specbundle.attest.mirrored import subjects_for
+from specbundle.attest.oms import OMS_BUNDLE_MEDIA_TYPE
 from specbundle.digest import sha256_bytes
 from specbundle.errors import MirrorError, UsageError, VerificationError
 from specbundle.mirror import Mirror, utc_now, versions
-from specbundle.mirror.versions import model_sig_rel
+from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.strict import loads_json
 from specbundle.transfer.chunks import CHUNK_DIR, ChunkWriter, read_blocks
 from specbundle.transfer.index import INDEX_FILE, Part, TransferIndex
@@ -128,6 +131,44 @@ def export_bundle(
                                       model_sig_rel(art.role)) is None:
             raise UsageError(f"bundle {name!r} is not signed ({art.role} has no model.sig)",
                              hint="run `specbundle sign` first")
+    _check_signed_files(mirror, name, man)
+    with mirror.lease("export") as lease:  # gc keeps what is being copied out
+        lease.pin(*rec.referenced_blobs())
+        return _export(mirror, name, out_dir, keys, man, chunk_size, version, progress)
+
+
+def _check_signed_files(mirror: Mirror, name: str, man: BundleManifest) -> None:
+    """Refuse at export what every importer would refuse: a ``model.sig`` that is not a
+    signed bundle, a scan report or image record other than the signed one, a malformed
+    attestation line (so a bad set never reaches the medium)."""
+    where = f"bundle {name!r} version {man.version}"
+    for art in man.record.artifacts:
+        raw = versions.read_version_file(mirror, name, man.version, model_sig_rel(art.role))
+        try:
+            doc = loads_json(raw or b"", what=f"{art.role} model.sig")
+            if not isinstance(doc, dict) or doc.get("mediaType") != OMS_BUNDLE_MEDIA_TYPE:
+                raise ValueError("not a Sigstore bundle")
+            Envelope.from_json(doc.get("dsseEnvelope"))
+        except (ValueError, VerificationError) as err:
+            why = (str(err).splitlines() or ["malformed"])[0][:200]
+            raise VerificationError(f"{where}: {art.role} model.sig is malformed: {why}",
+                                    hint="sign the bundle again") from None
+    signed = {SCAN_REPORT: man.scan_report_sha256} if man.scan_report_sha256 else {}
+    signed |= {f"images/{e}.json": sha for e, sha in man.images.items()}
+    for rel, sha in signed.items():
+        versions.read_signed_file(mirror, name, man.version, rel, sha)
+    try:
+        read_attestations(mirror, name)
+    except VerificationError as err:
+        raise VerificationError(f"{where}: {err.message}",
+                                hint="restore attestations.jsonl; importers refuse the set"
+                                ) from None
+
+
+def _export(mirror: Mirror, name: str, out_dir: Path, keys: Sequence[SigningKey],
+            man: BundleManifest, chunk_size: int | None, version: int | None,
+            progress: Callable[[int], None] | None) -> ExportResult:
+    rec = man.record
     roots = dict(man.roots)
     sources: list[tuple[str, Path, str | None]] = [
         (f"objects/{sha}", mirror.object_path(sha), sha) for sha in sorted(rec.referenced_blobs())]
@@ -137,30 +178,24 @@ def export_bundle(
     shutil.rmtree(out_dir / CHUNK_DIR, ignore_errors=True)
     for stale in out_dir.rglob(".*.part"):  # an interrupted export's leftovers
         stale.unlink(missing_ok=True)
+    total = sum(src.stat().st_size for _, src, _ in sources if src.is_file())
+    written = 0
     writer = ChunkWriter(out_dir, chunk_size) if chunk_size else None
     parts: list[Part] = []
-    for rel, src, want in sources:
-        if not src.is_file():
-            raise MirrorError(f"{name}: {rel} is missing from the mirror")
-        h, size, offset = hashlib.sha256(), 0, writer.offset if writer else None
-        dest = out_dir / rel
-        reuse = writer is None and want is not None and dest.is_file() \
-            and dest.stat().st_size == src.stat().st_size
-        fh = None if writer or reuse else _TmpFile(dest)
-        for block in read_blocks(src, progress):
-            h.update(block)
-            size += len(block)
-            if writer:
-                writer.write(block)
-            elif fh is not None:
-                fh.write(block)
-        digest = h.hexdigest()
-        if want is not None and digest != want:
-            raise MirrorError(f"mirror object {want} hashes to {digest}: the store is corrupt")
-        if fh is not None:
-            fh.commit()
-        parts.append(Part(rel, size, digest, offset))
-    chunks = writer.close() if writer else []
+    try:
+        for rel, src, want in sources:
+            part = _copy_part(out_dir, rel, src, want, writer, progress, name)
+            parts.append(part)
+            written += part.size
+        chunks = writer.close() if writer else []
+    except OSError as err:
+        # the medium is full or failing: nothing half-written stays on it
+        for stale in out_dir.rglob(".*.part"):
+            stale.unlink(missing_ok=True)
+        shutil.rmtree(out_dir / CHUNK_DIR, ignore_errors=True)
+        where = Path(err.filename) if isinstance(err.filename, str) else out_dir
+        raise disk_error(err, where, need=total - written,
+                         what="writing the transfer set to") from err
     _faults.point("export.parts-written")
     subjects = [s for a in rec.artifacts for s in subjects_for(a, roots[a.role])]
     state = mirror.bundle_dir(name) / EXPORT_STATE
@@ -185,6 +220,37 @@ def export_bundle(
                         sha256_bytes(data))
 
 
+def _copy_part(out_dir: Path, rel: str, src: Path, want: str | None,
+               writer: ChunkWriter | None, progress: Callable[[int], None] | None,
+               name: str) -> Part:
+    """Copy one part into the set (re-hashed on the way); a failure removes its ``.part``."""
+    if not src.is_file():
+        raise MirrorError(f"{name}: {rel} is missing from the mirror")
+    h, size, offset = hashlib.sha256(), 0, writer.offset if writer else None
+    dest = out_dir / rel
+    reuse = writer is None and want is not None and dest.is_file() \
+        and dest.stat().st_size == src.stat().st_size
+    fh = None if writer or reuse else _TmpFile(dest)
+    try:
+        for block in read_blocks(src, progress):
+            h.update(block)
+            size += len(block)
+            if writer:
+                writer.write(block)
+            elif fh is not None:
+                fh.write(block)
+        digest = h.hexdigest()
+        if want is not None and digest != want:
+            raise MirrorError(f"mirror object {want} hashes to {digest}: the store is corrupt")
+        if fh is not None:
+            fh.commit()
+    except BaseException:
+        if fh is not None:
+            fh.discard()
+        raise
+    return Part(rel, size, digest, offset)
+
+
 class _TmpFile:
     """A part being written beside its final name; renamed into place once complete."""
 
@@ -196,6 +262,12 @@ class _TmpFile:
 
     def write(self, data: bytes) -> None:
         self.fh.write(data)
+
+    def discard(self) -> None:
+        """Close and remove the ``.part`` (a failed or interrupted copy)."""
+        with contextlib.suppress(OSError):
+            self.fh.close()
+        self.tmp.unlink(missing_ok=True)
 
     def commit(self) -> None:
         self.fh.flush()

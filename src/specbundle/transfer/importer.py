@@ -36,7 +36,7 @@ from typing import Any, Literal
 import filelock
 
 from specbundle import _faults
-from specbundle._fsutil import fsync_dir
+from specbundle._fsutil import disk_error, fsync_dir
 from specbundle.attest import (
     ATTESTATIONS_FILE,
     Envelope,
@@ -73,7 +73,7 @@ __all__ = ["IMPORT_POINTS", "IMPORT_STATE", "CommitPoints", "ImportResult", "che
 
 IMPORT_STATE = "import/state.json"
 _STAGING_TIMEOUT_S = 3600.0
-_faults.register("import.staged", "import.objects-moved", "import.files-written",
+_faults.register("import.staged", "import.objects-moved", "import.files-written", "import.logged",
                  "import.attestations-appended", "import.state-written")
 Progress = Callable[[int], None]
 
@@ -276,6 +276,8 @@ class CommitPoints:
     appended: str
     #: passed after each object renamed into the store (None: not marked)
     object_moved: str | None = None
+    #: passed after the event is logged, before ``current`` flips
+    logged: str = "import.logged"
 
 
 IMPORT_POINTS = CommitPoints("import.objects-moved", "import.files-written",
@@ -284,12 +286,15 @@ IMPORT_POINTS = CommitPoints("import.objects-moved", "import.files-written",
 
 def commit_version(staging: Mirror, mirror: Mirror, verified: VerifiedBundle,
                    revocations: Iterable[dict[str, Any]] = (), *,
-                   points: CommitPoints = IMPORT_POINTS) -> int:
+                   points: CommitPoints = IMPORT_POINTS,
+                   event: tuple[str, dict[str, Any]] | None = None) -> int:
     """Commit a version verified in ``staging`` into ``mirror``; the caller holds its lock.
 
     Objects renamed into the store, snapshots linked, the version's files written, new
-    attestation lines and revocations appended, then ``current`` flipped by one rename (the
-    commit point) and the record copy saved. Returns the attestation lines added.
+    attestation lines and revocations appended, the ``event`` (kind, data; the count of
+    lines added is filled in) logged once, then ``current`` flipped by one rename (the commit
+    point) and the record copy saved: the log holds every version before it is visible.
+    Returns the attestation lines added.
     """
     rec, name = verified.record, verified.name
     for sha in sorted(rec.referenced_blobs()):
@@ -327,6 +332,10 @@ def commit_version(staging: Mirror, mirror: Mirror, verified: VerifiedBundle,
         if sha256_bytes(Envelope.from_json(env).to_line()) not in known:
             mirror.append_event(REVOCATION_EVENT, None, {"envelope": env, "via": "import"})
     _faults.point(points.appended)
+    if event is not None:
+        mirror.append_event_once(event[0], name, {**event[1], "attestations_added": len(add)},
+                                 same=event[1])
+        _faults.point(points.logged)
     versions.flip_current(mirror, name, verified.version)
     mirror.save_bundle(rec)
     return len(add)
@@ -336,13 +345,11 @@ def _commit(staging: Mirror, mirror: Mirror, idx: TransferIndex, index_bytes: by
             verified: VerifiedBundle, revocations: list[dict[str, Any]]) -> None:
     """Everything of the new version first, the ``current`` flip last (then bookkeeping)."""
     rec = verified.record
-    added = commit_version(staging, mirror, verified, revocations)
-    mirror.write_bundle_file(idx.bundle, "import/index.json", index_bytes)
-    mirror.append_event("import", idx.bundle, {
+    commit_version(staging, mirror, verified, revocations, event=("import", {
         "version": idx.version, "index_sha256": sha256_bytes(index_bytes),
         "bundle_version": verified.version, "manifest_sha256": verified.manifest_digest,
-        "target": rec.target.commit, "draft": rec.draft.commit if rec.draft else None,
-        "attestations_added": added})
+        "target": rec.target.commit, "draft": rec.draft.commit if rec.draft else None}))
+    mirror.write_bundle_file(idx.bundle, "import/index.json", index_bytes)
     mirror.write_bundle_file(idx.bundle, IMPORT_STATE, json.dumps(
         {"version": idx.version, "index_sha256": sha256_bytes(index_bytes),
          "manifest_sha256": verified.manifest_digest, "log_seq": _log_seq(mirror)}).encode())
@@ -410,6 +417,18 @@ def import_bundle(
 
 
 @contextmanager
+def discard_on_disk_error(staging: Mirror, need: int) -> Iterator[None]:
+    """A write into the staging area that the disk refuses removes the whole staging (its
+    space is what the rerun needs) and names the path and the bytes needed (exit 6)."""
+    try:
+        yield
+    except OSError as err:
+        shutil.rmtree(staging.root, ignore_errors=True)
+        where = Path(err.filename) if isinstance(err.filename, str) else staging.root
+        raise disk_error(err, where, need=need, what="staging into") from err
+
+
+@contextmanager
 def staging_lock(mirror: Mirror) -> Iterator[None]:
     """Held while staging into ``mirror``'s ``tmp/``: one importer (transfer set or OCI pull)
     at a time; the mirror lock is taken inside it only to commit."""
@@ -432,7 +451,8 @@ def _import_locked(src: Path, mirror: Mirror, policy: TrustPolicy, idx: Transfer
         shutil.rmtree(staging_dir, ignore_errors=True)  # a run killed after its commit
         return ImportResult(idx.bundle, idx.version, "unchanged", digest, None)
     staging = Mirror.open(staging_dir, create=True)
-    hashed = _stage(src, idx, staging, mirror, progress)
+    with discard_on_disk_error(staging, sum(p.size for p in idx.parts)):
+        hashed = _stage(src, idx, staging, mirror, progress)
     _faults.point("import.staged")
     revoked = revoked_fingerprints(mirror, policy, index_revoked)
     # Only a manifest whose signature checks out may name the paths snapshots are built at.

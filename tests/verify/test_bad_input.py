@@ -1,0 +1,89 @@
+"""Bad input ends in one line with the right exit code, never an internal error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specbundle.mirror import versions
+from tests.clihelp import run_cli
+from tests.verify.conftest import Signed
+
+
+def test_mirror_ls_with_a_non_object_spec(signed: Signed,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    path = signed.mirror.bundle_dir("pair") / "bundle.json"
+    doc = json.loads(path.read_text())
+    doc["spec"] = [1, 2]
+    path.write_text(json.dumps(doc))
+    code, _, err = run_cli(capsys, "mirror", "ls", "--mirror", str(signed.mirror.root))
+    assert code != 1 and "internal" not in err and "spec and artifacts must be" in err, err
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'{"payload": 5}',
+                                  b'{"payload": "eyJ4IjogMX0=", "payloadType": '
+                                  b'"application/vnd.in-toto+json", "signatures": '
+                                  b'[{"keyid": "a", "sig": "AAAA"}]}'])
+def test_sign_refuses_to_chain_to_a_corrupt_current_manifest(
+        signed: Signed, body: bytes, capsys: pytest.CaptureFixture[str]) -> None:
+    path = signed.mirror.bundle_dir("pair") / versions.manifest_rel(1)
+    path.chmod(0o644)
+    path.write_bytes(body)
+    key = signed.tmp / "key.pem"
+    from specbundle import attest
+
+    attest.write_private_key(signed.key, key)
+    code, _, err = run_cli(capsys, "sign", "pair", "--mirror", str(signed.mirror.root),
+                           "--key", str(key))
+    assert code == 3, err
+    assert "is corrupt" in err and len([ln for ln in err.splitlines()
+                                        if not ln.startswith("  hint")]) == 1, err
+    assert versions.current_version(signed.mirror, "pair") == 1
+
+
+@pytest.mark.parametrize("what", ["model.sig", "scan report", "attestation line"])
+def test_export_refuses_what_import_would_refuse(signed: Signed, what: str) -> None:
+    from specbundle.errors import VerificationError
+    from specbundle.transfer import export_bundle
+
+    bdir = signed.mirror.bundle_dir("pair")
+    if what == "model.sig":
+        path = bdir / versions.version_rel(1, versions.model_sig_rel("draft"))
+    elif what == "scan report":
+        path = bdir / versions.version_rel(1, versions.SCAN_REPORT)
+    else:
+        path = bdir / "attestations.jsonl"
+    path.chmod(0o644)
+    lines = path.read_bytes().splitlines()
+    garbage = b"{garbage"
+    body = [*lines[:1], garbage, *lines[1:]] if what == "attestation line" else [garbage]
+    path.write_bytes(b"\n".join(body) + b"\n")
+    out = signed.tmp / "set"
+    with pytest.raises(VerificationError):
+        export_bundle(signed.mirror, "pair", out, [signed.key])
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_verify_never_extends_an_event_log_corrupt_in_the_middle(
+        signed: Signed, capsys: pytest.CaptureFixture[str]) -> None:
+    log = signed.mirror.events_path
+    lines = log.read_bytes().splitlines()
+    assert len(lines) >= 2
+    log.write_bytes(b"\n".join([lines[0], b"{garbage", *lines[1:]]) + b"\n")
+    before = log.read_bytes()
+    code, _, err = run_cli(capsys, "verify", "pair", "--mirror", str(signed.mirror.root),
+                           "--trust", str(signed.policy_path))
+    assert code == 0, err  # the bundle verifies; its event is not logged, with a note
+    assert "not logged" in err and "corrupt before its last line" in err
+    assert log.read_bytes() == before
+
+
+def test_an_unverified_render_refuses_a_missing_weight_object(
+        signed: Signed, capsys: pytest.CaptureFixture[str]) -> None:
+    weights = next(f for f in signed.record.target.files if f.path.endswith(".safetensors"))
+    signed.mirror.object_path(weights.sha256).unlink()
+    code, _, err = run_cli(capsys, "render", "pair", "--mirror", str(signed.mirror.root),
+                           "--unsigned", "--engine", "vllm", "--target", "shell")
+    assert code == 3, err
+    assert "missing from the mirror's objects" in err and weights.path in err
