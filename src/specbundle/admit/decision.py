@@ -27,11 +27,21 @@ class Criterion:
     detail: str
 
 
+#: Why the bench stopped before the evidence could settle the ratio: not a clear "no".
+_CUT_SHORT = ("time_budget", "interrupted", "max_rounds")
+
+
 @dataclass(frozen=True)
 class GateResult:
-    """All criteria; admitted only if every one passed."""
+    """All criteria; admitted only if every one passed.
+
+    ``inconclusive``: not admitted only because the bench ran out of rounds, time or was
+    interrupted with the throughput ratio still undecided (every other failed criterion
+    unmeasured): signed as FAILED all the same, named for what it is.
+    """
 
     criteria: tuple[Criterion, ...]
+    inconclusive: bool = False
 
     @property
     def admitted(self) -> bool:
@@ -68,6 +78,11 @@ def _ratio(report: BenchReport, t: AdmissionThresholds) -> Criterion:
         return Criterion("throughput_ratio", True, f"{r.low:.3f}", thr, what)
     more = (f"; about {lv.rounds_needed} rounds per arm would resolve it at this noise"
             if lv.rounds_needed else "")
+    if st is not None and st.reason == "futile":
+        return Criterion("throughput_ratio", False, "futile", thr,
+                         f"{what}: futile, even the top of the CI, {r.high:.3f}, could not clear "
+                         f"{t.min_throughput_ratio_lower_bound:.3f} by the last planned look "
+                         f"({st.max_rounds} rounds) at this noise")
     if st is not None and st.outcome == "inconclusive":  # its own outcome, never a pass
         need = (f"; about {st.rounds_to_resolve} rounds per arm would resolve it at this noise"
                 if st.rounds_to_resolve else "; the ratio sits on the threshold")
@@ -212,4 +227,15 @@ def evaluate(report: BenchReport, thresholds: AdmissionThresholds) -> GateResult
     tuned = _tuned(report)
     if tuned is not None:
         crit.append(tuned)
-    return GateResult(tuple(crit))
+    return GateResult(tuple(crit), _inconclusive(report, crit))
+
+
+def _inconclusive(report: BenchReport, crit: list[Criterion]) -> bool:
+    """The run was cut short with the ratio undecided, and nothing else clearly failed."""
+    st = report.stopping
+    if st is None or st.reason not in _CUT_SHORT or st.outcome not in ("inconclusive",
+                                                                       "unmeasured"):
+        return False
+    failed = [c for c in crit if not c.passed]
+    return bool(failed) and all(c.measured == "inconclusive" or "unmeasured" in c.measured
+                                for c in failed)

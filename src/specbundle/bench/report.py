@@ -40,8 +40,10 @@ SCHEMA_VERSION = "specbundle.bench-report/v1"
 SCHEMA_ID = "https://specbundle.dev/schemas/bench-report/v1.json"
 
 Arm = Literal["base", "spec", "draft"]
-#: Why the rounds ended (:class:`Stopping`).
-StopReason = Literal["resolved", "max_rounds", "time_budget", "fixed"]
+#: Why the rounds ended (:class:`Stopping`): ``futile`` (the CI still holds the threshold
+#: but no planned look could clear it: rejected), ``time_budget`` and ``interrupted``
+#: (SIGINT/SIGTERM) end early with the evidence so far, which is never a pass.
+StopReason = Literal["resolved", "futile", "max_rounds", "time_budget", "interrupted", "fixed"]
 
 
 @dataclass(frozen=True)

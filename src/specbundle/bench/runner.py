@@ -11,9 +11,12 @@ baseline): c is then a per-round ratio against that round's baseline, so a busy 
 load hits both sides of c alike instead of one quiet moment deciding it.
 
 Rounds are sequential: after the spec's ``rounds`` (whole ABBA pairs), pairs are added while
-the P95 ratio CI still contains the threshold, until ``max_rounds`` or the time budget. The
-looks are planned up front (:class:`stats.LookPlan`) and each uses a repeated CI at the
-per-look confidence, so stopping at the first clear look keeps the nominal error rate.
+the P95 ratio CI still contains the threshold, until ``max_rounds``, futility or the time
+budget. The looks are planned up front (:class:`stats.LookPlan`) and each uses a repeated CI
+at the per-look confidence, so stopping at the first clear look keeps the nominal error rate.
+The time budget (:func:`default_time_budget`) is checked before every level, not only at
+looks, and an interrupt (SIGINT, or SIGTERM as the CLI maps it) ends the rounds the same
+way: the arm launch under way is dropped and the report carries every whole launch so far.
 :mod:`specbundle.bench.analysis` turns the raw runs into the report.
 """
 
@@ -46,10 +49,15 @@ from specbundle.errors import BenchError
 from specbundle.spec import BundleSpec
 from specbundle.strict import MalformedDocument
 
-__all__ = ["ArmData", "BenchOptions", "Launcher", "Progress", "RawRun", "sweep_levels"]
+__all__ = ["ArmData", "BenchOptions", "Launcher", "Progress", "RawRun", "default_time_budget",
+           "sweep_levels"]
 
-#: (what is running now, steps done so far, total steps)
+#: (what is running now, steps done so far, total steps); ``what`` names the round, the arm,
+#: the level and the P95 ratio's current repeated CI, for a log line as much as for a bar.
 Progress = Callable[[str, int, int], None]
+
+#: Seconds allowed per arm launch of the spec's minimum design in the default time budget.
+LAUNCH_ALLOWANCE_S = 120.0
 #: Starts one arm ("base", "spec" or "draft": the draft served alone) and yields its URL.
 Launcher = Callable[[str], AbstractContextManager[str]]
 
@@ -95,6 +103,22 @@ def sweep_levels(p95: int) -> tuple[int, ...]:
         levels.add(c)
         c *= 2
     return tuple(sorted(levels))
+
+
+def default_time_budget(spec: BundleSpec, *, arms_per_round: int) -> float:
+    """The time budget when neither the option nor ``bench.time_budget_s`` sets one.
+
+    ``LAUNCH_ALLOWANCE_S`` × ``bench.rounds`` × arms per round (base and spec, plus the
+    draft alone when it is served in its own launch): 2 × 120 s × 4 = 16 min for the default
+    four rounds without a separate draft launch, 24 min with one. The minimum rounds fit
+    with room for the sequential extension on a quiet box; under load the budget, not the
+    rule, ends the run, with an inconclusive outcome that is never a pass.
+    """
+    return LAUNCH_ALLOWANCE_S * spec.bench.rounds * arms_per_round
+
+
+class _OutOfTime(Exception):
+    """The time budget ran out before the next level could start."""
 
 
 @dataclass
@@ -159,7 +183,6 @@ class _Runner:
         self.p95 = spec.deployment.p95_concurrency
         self.max_rounds = max(self.rounds, opts.max_rounds or b.max_rounds
                               or min(64, 3 * self.rounds))
-        self.budget = opts.time_budget_s or b.time_budget_s
         self.target = opts.target_ratio or spec.admission.min_throughput_ratio_lower_bound
         self.plan = stats.LookPlan(self.rounds, self.max_rounds, opts.confidence)
         self.per_round = (3 if self._has_draft() else 2) * len(self.levels)
@@ -167,6 +190,13 @@ class _Runner:
         # model; servers given by URL already run side by side), so c's pairs can alternate
         # request groups seconds apart instead of launches minutes apart.
         self.cohost = engine == "llamacpp" or opts.draft_url is not None
+        launches = 3 if self._has_draft() and not self.cohost else 2
+        self.budget = opts.time_budget_s or b.time_budget_s or default_time_budget(
+            spec, arms_per_round=launches)
+        self.t0 = time.monotonic()
+        self.round = 0
+        self.status = ""  # the P95 ratio's current repeated CI, for progress lines
+        self.mark: _Mark | None = None  # where the arm launch under way began
         self.total = (self.per_round * self.rounds
                       + (opts.aa_rounds if self.p95 in self.levels else 0))
 
@@ -178,7 +208,15 @@ class _Runner:
 
     def _tick(self, what: str) -> None:
         if self.progress is not None:
-            self.progress(what, self.done, self.total)
+            elapsed = time.monotonic() - self.t0
+            self.progress(f"round {self.round + 1}/{self.plan.last} {what}"
+                          + (f" | {self.status}" if self.status else "")
+                          + f" | {elapsed:.0f}/{self.budget:.0f} s", self.done, self.total)
+
+    def _check_time(self) -> None:
+        """Raise :class:`_OutOfTime` once the budget is spent (checked before each level)."""
+        if time.monotonic() - self.t0 >= self.budget:
+            raise _OutOfTime
 
     def requests(self, prompts_offset: int, n: int) -> list[CompletionRequest]:
         extras = dict(self.adapter.request_extras())
@@ -210,6 +248,7 @@ class _Runner:
                     for p in (self.workload.warmup * self.warmup)[: self.warmup]]
             self._run(url, model, warm, min(self.warmup, max(self.levels)))
         for c in levels or self.levels:
+            self._check_time()
             self._tick(f"{arm} c={c}")
             before = self.adapter.read_metrics(scrape(url)) if metrics else None
             run = self._run(url, model, reqs[c], c)
@@ -242,40 +281,24 @@ class _Runner:
         draft = ArmData() if self._has_draft() else None
         probe = ArmData()  # baseline requests interleaved with the draft's (cohost)
         order: list[str] = []
-        t0 = time.monotonic()
-        r = 0
+        self.t0 = time.monotonic()
+        arms = [a for a in (base, spec, draft, probe) if a is not None]
+        mark = _marks(arms)
         reason: StopReason = "fixed"
-        while True:
-            look = self.plan.look(r, *self._p95(base, spec), self.target)
-            if look is not None:  # only after whole ABBA pairs
-                if look.stop is not None:
-                    reason = look.stop
-                    break
-                pair_s = (time.monotonic() - t0) / r * 2
-                if self.budget is not None and time.monotonic() - t0 + pair_s > self.budget:
-                    reason = "time_budget"
-                    break
-                if r == self.plan.first:
-                    self.notes.append(
-                        f"CI at P95 inconclusive after {r} rounds: extended (up to "
-                        f"{self.plan.looks} looks, each a repeated CI at "
-                        f"{percent(self.plan.per_look_confidence)} for "
-                        f"{percent(self.opts.confidence)} overall)")
-                self.total += 2 * self.per_round
-            for i, arm in enumerate(("base", "spec") if r % 2 == 0 else ("spec", "base")):
-                if i == 1 and draft is not None and not self.cohost:  # next to this base
-                    self._draft(reqs, draft)
-                order.append(arm)
-                with self.server(arm == "spec") as url:
-                    self.measure(arm, url, spec if arm == "spec" else base, reqs)
-                    if arm == "base":
-                        self._verify_probe(url, base)
-                        if draft is not None and self.cohost:
-                            self._draft_probe(url, reqs, draft, probe)
-            r += 1
-        stopping = self._stopping(base, spec, r, reason, time.monotonic() - t0)
+        try:
+            reason = self._rounds(reqs, base, spec, draft, probe, order, arms)
+        except _OutOfTime:
+            reason = "time_budget"
+        except KeyboardInterrupt:  # SIGINT, or SIGTERM as the CLI maps it: report what we have
+            reason = "interrupted"
+        if reason in ("time_budget", "interrupted"):
+            mark = self.mark or mark
+            _rollback(arms, mark)  # drop the arm launch under way: whole launches only
+            del order[mark.order:]
+        stopping = self._stopping(base, spec, self.round, reason, time.monotonic() - self.t0)
         aa = None
-        if self.opts.aa_rounds and self.p95 in self.levels:
+        if self.opts.aa_rounds and self.p95 in self.levels and reason not in (
+                "time_budget", "interrupted"):
             aa = ArmData()
             for _ in range(self.opts.aa_rounds):
                 with self.server(False) as url:
@@ -286,6 +309,43 @@ class _Runner:
             settings_equal=None, settings_note="", server={}, notes=self.notes,
             stopping=stopping, probe=probe if probe.runs else None,
         )
+
+    def _rounds(self, reqs: dict[int, list[CompletionRequest]], base: ArmData, spec: ArmData,
+                draft: ArmData | None, probe: ArmData, order: list[str],
+                arms: list[ArmData]) -> StopReason:
+        """ABBA rounds until the sequential rule (or the budget between looks) stops them."""
+        while True:
+            r = self.round
+            look = self.plan.look(r, *self._p95(base, spec), self.target)
+            if look is not None:  # only after whole ABBA pairs
+                if look.ci is not None:
+                    self.status = (f"P95 ratio {look.ci.ratio:.2f} [{look.ci.low:.2f}, "
+                                   f"{look.ci.high:.2f}] vs {self.target:.2f}")
+                if look.stop is not None:
+                    return look.stop
+                pair_s = (time.monotonic() - self.t0) / r * 2
+                if time.monotonic() - self.t0 + pair_s > self.budget:
+                    return "time_budget"
+                if r == self.plan.first:
+                    self.notes.append(
+                        f"CI at P95 inconclusive after {r} rounds: extended (up to "
+                        f"{self.plan.looks} looks, each a repeated CI at "
+                        f"{percent(self.plan.per_look_confidence)} for "
+                        f"{percent(self.opts.confidence)} overall)")
+                self.total += 2 * self.per_round
+            for i, arm in enumerate(("base", "spec") if r % 2 == 0 else ("spec", "base")):
+                self.mark = _marks(arms, len(order))
+                self._check_time()  # no launch starts past the budget (levels check too)
+                if i == 1 and draft is not None and not self.cohost:  # next to this base
+                    self._draft(reqs, draft)
+                order.append(arm)
+                with self.server(arm == "spec") as url:
+                    self.measure(arm, url, spec if arm == "spec" else base, reqs)
+                    if arm == "base":
+                        self._verify_probe(url, base)
+                        if draft is not None and self.cohost:
+                            self._draft_probe(url, reqs, draft, probe)
+            self.round += 1
 
     def _verify_probe(self, url: str, data: ArmData) -> None:
         """v(g, batch) per level on the target alone, while the baseline server is up."""
@@ -317,9 +377,24 @@ class _Runner:
                   elapsed: float) -> Stopping:
         ci = self._p95_ci(base, spec)
         side = stats.ratio_side(ci, self.target)
+        if side == "inconclusive" and ci is not None and reason in (
+                "time_budget", "interrupted") and self.plan.futile(ci, self.target):
+            reason = "futile"  # non-binding: cut short, the evidence may already be futile
+        if reason == "futile":
+            self.notes.append(
+                f"futility at P95 after {rounds} rounds: even the top of the CI, "
+                f"{ci.high if ci else float('nan'):.2f}, could not clear {self.target:.2f} by "
+                f"the last look ({self.plan.last} rounds) at this noise: rejected")
+        elif reason in ("time_budget", "interrupted"):
+            what = f"time budget of {self.budget:.0f} s spent" if reason == "time_budget" \
+                else "interrupted"
+            self.notes.append(
+                f"{what} after {rounds} whole rounds ({len(base.runs.get(self.p95, []))} "
+                f"baseline and {len(spec.runs.get(self.p95, []))} speculative launches): the "
+                "evidence so far, never a pass")
         need = stats.rounds_to_resolve(ci, self.target) if ci and side == "inconclusive" \
             else None
-        if side == "inconclusive":
+        if side == "inconclusive" and reason != "futile":
             self.notes.append(
                 f"inconclusive at P95 after {rounds} rounds ({reason.replace('_', ' ')})"
                 + (f": about {need} rounds per arm would resolve it at this noise" if need
@@ -350,6 +425,7 @@ class _Runner:
                         for p in (self.workload.warmup * self.warmup)[: self.warmup]]
                 self._run(durl, dmodel, warm, min(self.warmup, max(self.levels)))
             for c in self.levels:
+                self._check_time()
                 self._tick(f"draft c={c}")
                 group = reqs[c]
                 chunks = [group[i:i + c] for i in range(0, len(group), c)] or [group]
@@ -373,6 +449,37 @@ class _Runner:
             raise BenchError("no way to serve the draft alone")
         with self.launcher("draft") as u:
             self.measure("draft", u, data, reqs, metrics=False)
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """Lengths of every arm's lists before an arm launch, to drop that launch if cut short."""
+
+    order: int
+    lengths: tuple[dict[int, tuple[int, int, int]], ...]  # per arm: level -> (runs, deltas, v)
+
+
+def _marks(arms: list[ArmData], order: int = 0) -> _Mark:
+    return _Mark(order, tuple(
+        {c: (len(a.runs.get(c, [])), len(a.deltas.get(c, [])), len(a.verify.get(c, [])))
+         for c in {*a.runs, *a.deltas, *a.verify}} for a in arms))
+
+
+def _cut(table: dict[int, list[Any]], before: dict[int, tuple[int, int, int]], i: int) -> None:
+    for c in list(table):
+        n = before.get(c, (0, 0, 0))[i]
+        if n:
+            del table[c][n:]
+        else:
+            del table[c]
+
+
+def _rollback(arms: list[ArmData], mark: _Mark) -> None:
+    """Cut every arm back to ``mark``; levels first measured after it disappear."""
+    for a, before in zip(arms, mark.lengths, strict=True):
+        _cut(a.runs, before, 0)
+        _cut(a.deltas, before, 1)
+        _cut(a.verify, before, 2)
 
 
 def new_run_id() -> str:

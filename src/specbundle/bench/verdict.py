@@ -251,6 +251,10 @@ def _c_trust(f: Figures) -> str | None:
 def _stopping(f: Figures) -> str | None:
     if f.stop_outcome != "inconclusive" or f.stop_rounds is None or f.stop_threshold is None:
         return None
+    if f.stop_reason == "futile":
+        return (f"the sequential rule stopped for futility after {f.stop_rounds} rounds: even "
+                f"the top of the CI could not clear the admission threshold "
+                f"{f.stop_threshold:.2f} by its last planned look at this noise, so it rejects")
     need = (f"; about {f.stop_rounds_to_resolve} rounds per arm would resolve it at this noise"
             if f.stop_rounds_to_resolve else "; the ratio sits on the threshold")
     looks = looks_text(f.stop_looks, f.stop_per_look_confidence)
@@ -388,10 +392,12 @@ def _criterion_sentence(c: CriterionLike, bench: Verdict | None) -> list[str]:
 
 
 def gate_verdict(criteria: Sequence[CriterionLike], report: BenchReport | None, *,
-                 admitted: bool, earlier: Sequence[str] = ()) -> Verdict:
+                 admitted: bool, earlier: Sequence[str] = (),
+                 inconclusive: bool = False) -> Verdict:
     """The admission verdict: one sentence per failed criterion (the deciding one if all pass).
 
-    ``earlier`` are reasons from before the gate (verification, an unmeasurable bench).
+    ``earlier`` are reasons from before the gate (verification, an unmeasurable bench);
+    ``inconclusive``: the decision's own outcome (the bench was cut short, never a pass).
     """
     bench = bench_verdict(report) if report is not None else None
     p95 = report.settings.p95_concurrency if report is not None else None
@@ -402,6 +408,15 @@ def gate_verdict(criteria: Sequence[CriterionLike], report: BenchReport | None, 
     reasons = list(earlier)
     for c in failed:
         reasons += _criterion_sentence(c, bench)
+    st = report.stopping if report is not None else None
+    if inconclusive and st is not None:
+        cut = {"time_budget": f"its time budget ({st.time_budget_s or 0:.0f} s) ran out",
+               "interrupted": "it was interrupted",
+               "max_rounds": f"it reached its {st.max_rounds} rounds"}.get(st.reason, st.reason)
+        return Verdict("inconclusive", f"inconclusive, not admitted: the benchmark stopped "
+                       f"after {st.rounds} rounds because {cut}, before the throughput ratio "
+                       f"was clear of the threshold {st.threshold:.2f} either way",
+                       tuple(reasons), p95)
     if not failed:
         first = reasons[0] if reasons else "no criterion could be evaluated"
         return Verdict("rejected", f"rejected before the gate: {first}", tuple(reasons[1:]),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -20,14 +22,23 @@ from specbundle.cli._output import console, err_console, print_table, write_json
 from specbundle.cli.verify import trust_option, verified
 from specbundle.errors import UsageError
 
-__all__ = ["bench_options", "command", "show_report", "show_verdict", "step_progress"]
+__all__ = ["bench_options", "command", "interruptible", "show_report", "show_verdict",
+           "step_progress", "time_budget_option"]
 
 
 @contextlib.contextmanager
-def step_progress(enabled: bool) -> Iterator[ProgressFn | None]:
-    """A rich bar over the benchmark's measured steps (stderr; off with --json)."""
+def step_progress(enabled: bool) -> Iterator[ProgressFn]:
+    """Progress on stderr in every mode: a rich bar on a terminal, else (``--json``, a log)
+    one line per step (round, arm, level, the P95 ratio's current interval, time used)."""
     if not enabled or not err_console.is_terminal:
-        yield None
+        last = [""]
+
+        def line(what: str, done: int, total: int) -> None:
+            if what != last[0]:
+                last[0] = what
+                click.echo(f"bench: [{done}/{total}] {what}", err=True)
+
+        yield line
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console) as bar:
@@ -37,6 +48,27 @@ def step_progress(enabled: bool) -> Iterator[ProgressFn | None]:
             bar.update(task, description=what, completed=done, total=total)
 
         yield update
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGTERM acts as SIGINT while a benchmark runs: the runner stops, the partial report
+    is written (and admit signs an inconclusive decision) instead of dying mid-write."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+time_budget_option = click.option(
+    "--time-budget", type=click.FloatRange(min=1.0), default=None,
+    help="Seconds for the whole benchmark; when spent it stops with the evidence so far, "
+         "inconclusive (never admitted). Default: the spec's bench.time_budget_s, else "
+         "120 s x bench.rounds x arm launches per round.")
 
 
 def _fmt(v: float | None, spec: str = ".3f") -> str:
@@ -196,9 +228,7 @@ def make_options(base_url: str | None, baseline_url: str | None, draft_url: str 
 @trust_option
 @mirror_option
 @bench_options
-@click.option("--time-budget", type=click.FloatRange(min=1.0), default=None,
-              help="Seconds: start no extra ABBA pair that would end past this (default: the "
-                   "spec's bench.time_budget_s).")
+@time_budget_option
 @json_option
 def command(bundle: str, trust: Path | None, mirror_dir: Path | None, engine: str, runtime: str,
             base_url: str | None,
@@ -212,10 +242,12 @@ def command(bundle: str, trust: Path | None, mirror_dir: Path | None, engine: st
                                 max_rounds), time_budget_s=time_budget)
     mirror = open_mirror(mirror_dir)
     v = verified(mirror, bundle, trust)
-    with step_progress(not as_json) as progress:
+    with interruptible(), step_progress(not as_json) as progress:
         report = run_bench(mirror, bundle, engine=engine, options=opts, progress=progress,
                            verified=v)
     if as_json:
         write_json_text(verdict_first(report.to_json()))
-        return
-    show_report(report, report_path(mirror, bundle, report.run_id))
+    else:
+        show_report(report, report_path(mirror, bundle, report.run_id))
+    if report.stopping is not None and report.stopping.reason == "interrupted":
+        raise KeyboardInterrupt  # the partial report is stored: exit 130 like any interrupt
