@@ -339,6 +339,7 @@ def run_bench(mirror: Mirror, name: str, *, engine: str = "llamacpp",
             if slots is not None:
                 server["log_acceptance"] = {"accepted": slots[0], "drafted": slots[1],
                                             "scope": "all requests incl. warm-up (engine log)"}
+        server["phase_seconds"] = raw.phases  # where the rounds' time went (issue 24)
         raw.server = server
         b = spec.bench
         report = _build_report(

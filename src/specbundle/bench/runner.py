@@ -14,7 +14,7 @@ Rounds are sequential: after the spec's ``rounds`` (whole ABBA pairs), pairs are
 the P95 ratio CI still contains the threshold, until ``max_rounds``, futility or the time
 budget. The looks are planned up front (:class:`stats.LookPlan`) and each uses a repeated CI
 at the per-look confidence, so stopping at the first clear look keeps the nominal error rate.
-The time budget (:func:`default_time_budget`) is checked before every level, not only at
+The time budget (:func:`budget.default_time_budget`) is checked before every level, not only at
 looks, and an interrupt (SIGINT, or SIGTERM as the CLI maps it) ends the rounds the same
 way: the arm launch under way is dropped and the report carries every whole launch so far.
 :mod:`specbundle.bench.analysis` turns the raw runs into the report.
@@ -37,6 +37,14 @@ from typing import Any
 import httpx
 
 from specbundle.bench import stats
+from specbundle.bench.budget import (
+    Mark,
+    OutOfTime,
+    PhaseClock,
+    default_time_budget,
+    marks,
+    rollback,
+)
 from specbundle.bench.client import AiohttpTransport, CompletionRequest, LevelRun, run_level
 from specbundle.bench.engines import adapter_for
 from specbundle.bench.prometheus import WindowDelta, window_delta
@@ -49,15 +57,11 @@ from specbundle.errors import BenchError
 from specbundle.spec import BundleSpec
 from specbundle.strict import MalformedDocument
 
-__all__ = ["ArmData", "BenchOptions", "Launcher", "Progress", "RawRun", "default_time_budget",
-           "sweep_levels"]
+__all__ = ["ArmData", "BenchOptions", "Launcher", "Progress", "RawRun", "sweep_levels"]
 
 #: (what is running now, steps done so far, total steps); ``what`` names the round, the arm,
 #: the level and the P95 ratio's current repeated CI, for a log line as much as for a bar.
 Progress = Callable[[str, int, int], None]
-
-#: Seconds allowed per arm launch of the spec's minimum design in the default time budget.
-LAUNCH_ALLOWANCE_S = 120.0
 #: Starts one arm ("base", "spec" or "draft": the draft served alone) and yields its URL.
 Launcher = Callable[[str], AbstractContextManager[str]]
 
@@ -105,22 +109,6 @@ def sweep_levels(p95: int) -> tuple[int, ...]:
     return tuple(sorted(levels))
 
 
-def default_time_budget(spec: BundleSpec, *, arms_per_round: int) -> float:
-    """The time budget when neither the option nor ``bench.time_budget_s`` sets one.
-
-    ``LAUNCH_ALLOWANCE_S`` × ``bench.rounds`` × arms per round (base and spec, plus the
-    draft alone when it is served in its own launch): 2 × 120 s × 4 = 16 min for the default
-    four rounds without a separate draft launch, 24 min with one. The minimum rounds fit
-    with room for the sequential extension on a quiet box; under load the budget, not the
-    rule, ends the run, with an inconclusive outcome that is never a pass.
-    """
-    return LAUNCH_ALLOWANCE_S * spec.bench.rounds * arms_per_round
-
-
-class _OutOfTime(Exception):
-    """The time budget ran out before the next level could start."""
-
-
 @dataclass
 class ArmData:
     """Everything measured for one arm: per level, one entry per round."""
@@ -155,6 +143,7 @@ class RawRun:
     stopping: Stopping | None = None
     # baseline requests alternated with the draft's while both servers run (c's pairs)
     probe: ArmData | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase of the rounds
 
 
 class _Runner:
@@ -196,7 +185,8 @@ class _Runner:
         self.t0 = time.monotonic()
         self.round = 0
         self.status = ""  # the P95 ratio's current repeated CI, for progress lines
-        self.mark: _Mark | None = None  # where the arm launch under way began
+        self.mark: Mark | None = None  # where the arm launch under way began
+        self.clock = PhaseClock()  # seconds per phase of the rounds (where the time goes)
         self.total = (self.per_round * self.rounds
                       + (opts.aa_rounds if self.p95 in self.levels else 0))
 
@@ -214,9 +204,9 @@ class _Runner:
                           + f" | {elapsed:.0f}/{self.budget:.0f} s", self.done, self.total)
 
     def _check_time(self) -> None:
-        """Raise :class:`_OutOfTime` once the budget is spent (checked before each level)."""
+        """Raise :class:`OutOfTime` once the budget is spent (checked before each level)."""
         if time.monotonic() - self.t0 >= self.budget:
-            raise _OutOfTime
+            raise OutOfTime
 
     def requests(self, prompts_offset: int, n: int) -> list[CompletionRequest]:
         extras = dict(self.adapter.request_extras())
@@ -246,12 +236,14 @@ class _Runner:
                                       temperature=self.spec.speculative.temperature,
                                       extras=dict(self.adapter.request_extras()))
                     for p in (self.workload.warmup * self.warmup)[: self.warmup]]
-            self._run(url, model, warm, min(self.warmup, max(self.levels)))
+            with self.clock.timed("warmup"):
+                self._run(url, model, warm, min(self.warmup, max(self.levels)))
         for c in levels or self.levels:
             self._check_time()
             self._tick(f"{arm} c={c}")
             before = self.adapter.read_metrics(scrape(url)) if metrics else None
-            run = self._run(url, model, reqs[c], c)
+            with self.clock.timed(f"measure:{arm}"):
+                run = self._run(url, model, reqs[c], c)
             if before is not None:
                 after = self.adapter.read_metrics(scrape(url))
                 data.deltas.setdefault(c, []).append(window_delta(before, after))
@@ -272,7 +264,8 @@ class _Runner:
             with attach(url, timeout=self.opts.startup_timeout_s) as u:
                 yield u
             return
-        with self.launcher("spec" if speculation else "base") as u:
+        arm = "spec" if speculation else "base"
+        with self.clock.up(self.launcher(arm), arm) as u:
             yield u
 
     def run(self) -> RawRun:
@@ -283,17 +276,17 @@ class _Runner:
         order: list[str] = []
         self.t0 = time.monotonic()
         arms = [a for a in (base, spec, draft, probe) if a is not None]
-        mark = _marks(arms)
+        mark = marks(arms)
         reason: StopReason = "fixed"
         try:
             reason = self._rounds(reqs, base, spec, draft, probe, order, arms)
-        except _OutOfTime:
+        except OutOfTime:
             reason = "time_budget"
         except KeyboardInterrupt:  # SIGINT, or SIGTERM as the CLI maps it: report what we have
             reason = "interrupted"
         if reason in ("time_budget", "interrupted"):
             mark = self.mark or mark
-            _rollback(arms, mark)  # drop the arm launch under way: whole launches only
+            rollback(arms, mark)  # drop the arm launch under way: whole launches only
             del order[mark.order:]
         stopping = self._stopping(base, spec, self.round, reason, time.monotonic() - self.t0)
         aa = None
@@ -308,6 +301,7 @@ class _Runner:
             base=base, spec=spec, draft=draft, aa=aa, round_order=tuple(order),
             settings_equal=None, settings_note="", server={}, notes=self.notes,
             stopping=stopping, probe=probe if probe.runs else None,
+            phases=self.clock.rounded(),
         )
 
     def _rounds(self, reqs: dict[int, list[CompletionRequest]], base: ArmData, spec: ArmData,
@@ -334,7 +328,7 @@ class _Runner:
                         f"{percent(self.opts.confidence)} overall)")
                 self.total += 2 * self.per_round
             for i, arm in enumerate(("base", "spec") if r % 2 == 0 else ("spec", "base")):
-                self.mark = _marks(arms, len(order))
+                self.mark = marks(arms, len(order))
                 self._check_time()  # no launch starts past the budget (levels check too)
                 if i == 1 and draft is not None and not self.cohost:  # next to this base
                     self._draft(reqs, draft)
@@ -342,7 +336,8 @@ class _Runner:
                 with self.server(arm == "spec") as url:
                     self.measure(arm, url, spec if arm == "spec" else base, reqs)
                     if arm == "base":
-                        self._verify_probe(url, base)
+                        with self.clock.timed("verify_probe"):
+                            self._verify_probe(url, base)
                         if draft is not None and self.cohost:
                             self._draft_probe(url, reqs, draft, probe)
             self.round += 1
@@ -414,7 +409,7 @@ class _Runner:
         baseline and the draft alone (B D, D B, ...), one (draft, baseline) pair per group."""
         ctx = attach(self.opts.draft_url, timeout=self.opts.startup_timeout_s) \
             if self.opts.draft_url else self._launch_draft()
-        with ctx as durl:
+        with self.clock.up(ctx, "draft") as durl:
             dmodel, bmodel = served_model(durl), served_model(base_url)
             if draft.props is None:
                 draft.props = get_json(durl, self.adapter.props_path)
@@ -423,7 +418,8 @@ class _Runner:
                                           temperature=self.spec.speculative.temperature,
                                           extras=dict(self.adapter.request_extras()))
                         for p in (self.workload.warmup * self.warmup)[: self.warmup]]
-                self._run(durl, dmodel, warm, min(self.warmup, max(self.levels)))
+                with self.clock.timed("warmup"):
+                    self._run(durl, dmodel, warm, min(self.warmup, max(self.levels)))
             for c in self.levels:
                 self._check_time()
                 self._tick(f"draft c={c}")
@@ -432,7 +428,8 @@ class _Runner:
                 for j, chunk in enumerate(chunks):
                     pair = ((base_url, bmodel, probe), (durl, dmodel, draft))
                     for url, model, data in (pair if j % 2 == 0 else pair[::-1]):
-                        data.runs.setdefault(c, []).append(self._run(url, model, chunk, c))
+                        with self.clock.timed("draft_probe"):
+                            data.runs.setdefault(c, []).append(self._run(url, model, chunk, c))
                 self.done += 1
 
     def _launch_draft(self) -> AbstractContextManager[str]:
@@ -447,39 +444,8 @@ class _Runner:
             return
         if self.launcher is None:
             raise BenchError("no way to serve the draft alone")
-        with self.launcher("draft") as u:
+        with self.clock.up(self.launcher("draft"), "draft") as u:
             self.measure("draft", u, data, reqs, metrics=False)
-
-
-@dataclass(frozen=True)
-class _Mark:
-    """Lengths of every arm's lists before an arm launch, to drop that launch if cut short."""
-
-    order: int
-    lengths: tuple[dict[int, tuple[int, int, int]], ...]  # per arm: level -> (runs, deltas, v)
-
-
-def _marks(arms: list[ArmData], order: int = 0) -> _Mark:
-    return _Mark(order, tuple(
-        {c: (len(a.runs.get(c, [])), len(a.deltas.get(c, [])), len(a.verify.get(c, [])))
-         for c in {*a.runs, *a.deltas, *a.verify}} for a in arms))
-
-
-def _cut(table: dict[int, list[Any]], before: dict[int, tuple[int, int, int]], i: int) -> None:
-    for c in list(table):
-        n = before.get(c, (0, 0, 0))[i]
-        if n:
-            del table[c][n:]
-        else:
-            del table[c]
-
-
-def _rollback(arms: list[ArmData], mark: _Mark) -> None:
-    """Cut every arm back to ``mark``; levels first measured after it disappear."""
-    for a, before in zip(arms, mark.lengths, strict=True):
-        _cut(a.runs, before, 0)
-        _cut(a.deltas, before, 1)
-        _cut(a.verify, before, 2)
 
 
 def new_run_id() -> str:
