@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specbundle.bench.report import BenchReport
-from specbundle.bench.verdict import looks_text, percent
+from specbundle.bench.verdict import c_basis, looks_text, percent
 from specbundle.spec import AdmissionThresholds
 
 __all__ = ["Criterion", "GateResult", "evaluate"]
@@ -102,7 +102,8 @@ def _alpha_c(report: BenchReport) -> Criterion:
     ci = lv.c_ci if lv else None
     c = ci.high if ci is not None else (lv.c_measured if lv else None)
     shown = (f"c = {ci.ratio:.3f} (upper bound {ci.high:.3f}, {percent(ci.confidence)} CI over "
-             f"{ci.n_base} rounds)" if ci is not None else f"c = {_f(c)}")
+             f"{c_basis(ci.n_base, len(lv.base.round_output_throughput) if lv else 0)})"
+             if ci is not None else f"c = {_f(c)}")
     measured = f"α={_f(alpha)} c={_f(c)}"
     if alpha is None or c is None:
         missing = " and ".join(n for n, v in (("α", alpha), ("c", c)) if v is None)

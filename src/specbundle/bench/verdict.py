@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     from specbundle.bench.report import BenchReport, LevelResult
 
-__all__ = ["Figures", "Verdict", "bench_verdict", "figures_of", "gate_verdict",
-           "level_verdict", "looks_text", "percent", "verdict_first"]
+__all__ = ["Figures", "Verdict", "bench_decision", "bench_verdict", "c_basis", "figures_of",
+           "gate_decision", "gate_verdict", "level_verdict", "looks_text", "percent",
+           "verdict_first"]
 
 Outcome = Literal["wins", "loses", "inconclusive", "invalid", "unmeasured", "admitted",
                   "rejected"]
@@ -349,6 +350,52 @@ def bench_verdict(report: BenchReport) -> Verdict:
         tail.append(f"speculation pays up to concurrency {report.crossover_concurrency} "
                     "(the crossover)")
     return Verdict(top.outcome, top.headline, (*top.reasons, *tail), p95)
+
+
+def c_basis(pairs: int, launches: int) -> str:
+    """What c's interval is over: request-group pairs, counted apart from server launches.
+
+    With the draft served beside the baseline, each launch gives one (draft, baseline) pair
+    per request group, so "12 rounds" would have counted 12 pairs from 4 launches.
+    """
+    if pairs == launches:
+        return f"{pairs} launches"
+    return f"{pairs} request-group pairs from {launches} launches"
+
+
+def _why(v: Verdict) -> str:
+    """The one sentence of why: the first deciding reason, else the headline."""
+    return v.reasons[0] if v.reasons else v.headline
+
+
+def bench_decision(report: BenchReport) -> tuple[str, str]:
+    """The decision in one word and one sentence of why, ahead of the evidence.
+
+    A benchmark decides nothing by itself, but it says what admission would make of its
+    throughput evidence at P95: REJECTED (an invalid comparison, a ratio clearly below the
+    threshold or futile), INCONCLUSIVE (the rounds, the budget or an interrupt ended it with
+    the threshold still inside the CI), PASSES (the CI clears the threshold: the other
+    criteria are admit's). The sentence names α, c, v or the validity problem that decided.
+    """
+    v = report.verdict or bench_verdict(report)
+    st = report.stopping
+    if v.outcome == "invalid":
+        return "REJECTED", v.headline
+    if st is not None and st.outcome != "unmeasured":
+        if st.reason == "futile" or st.outcome == "below":
+            return "REJECTED", f"{v.headline}; {_why(v)}" if v.reasons else v.headline
+        if st.outcome == "inconclusive":
+            return "INCONCLUSIVE", f"{v.headline}; {_why(v)}" if v.reasons else v.headline
+        return "PASSES", f"{v.headline}; {_why(v)}" if v.reasons else v.headline
+    word = {"wins": "PASSES", "loses": "REJECTED"}.get(v.outcome, "INCONCLUSIVE")
+    return word, f"{v.headline}; {_why(v)}" if v.reasons else v.headline
+
+
+def gate_decision(v: Verdict) -> tuple[str, str]:
+    """An admission verdict in one word and the sentence of why (its first reason)."""
+    if v.reasons:
+        return v.outcome.upper(), v.reasons[0]
+    return v.outcome.upper(), v.headline.split(": ", 1)[-1]
 
 
 class CriterionLike(Protocol):

@@ -9,7 +9,7 @@ import click
 
 from specbundle.admit import Decision, Rejected, admit_bundle
 from specbundle.bench import BenchReport, load_report
-from specbundle.bench.verdict import Verdict, gate_verdict, verdict_first
+from specbundle.bench.verdict import Verdict, gate_decision, gate_verdict, verdict_first
 from specbundle.cli._keyopts import load_keys, passphrase_option
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, err_console, print_table, write_json_text
@@ -47,7 +47,7 @@ def _emit(mirror: Mirror, d: Decision, as_json: bool) -> None:
     if as_json:
         write_json_text(verdict_first({"verdict": dataclasses.asdict(verdict), **d.to_json()}))
         return
-    show_verdict(verdict)
+    show_verdict(verdict, gate_decision(verdict))
     _show(d)
 
 

@@ -16,14 +16,21 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from specbundle.bench import BenchOptions, BenchReport, report_path, run_bench
 from specbundle.bench.runner import Progress as ProgressFn
-from specbundle.bench.verdict import Verdict, looks_text, percent, verdict_first
+from specbundle.bench.verdict import (
+    Verdict,
+    bench_decision,
+    c_basis,
+    looks_text,
+    percent,
+    verdict_first,
+)
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, err_console, print_table, write_json_text
 from specbundle.cli.verify import trust_option, verified
 from specbundle.errors import UsageError
 
-__all__ = ["bench_options", "command", "interruptible", "show_report", "show_verdict",
-           "step_progress", "time_budget_option"]
+__all__ = ["bench_options", "command", "interruptible", "show_decision", "show_report",
+           "show_verdict", "step_progress", "time_budget_option"]
 
 
 @contextlib.contextmanager
@@ -76,12 +83,20 @@ def _fmt(v: float | None, spec: str = ".3f") -> str:
 
 
 _VERDICT_COLORS = {"wins": "green", "admitted": "green", "loses": "red", "rejected": "red"}
+_WORD_COLORS = {"PASSES": "green", "ADMITTED": "green", "REJECTED": "red", "OFF": "red"}
 
 
-def show_verdict(verdict: Verdict | None) -> None:
-    """The decision first: the headline, then one sentence per deciding reason."""
+def show_decision(word: str, why: str) -> None:
+    """The decision in one word and one sentence of why: the first line of every report."""
+    console.print(f"[bold {_WORD_COLORS.get(word, 'yellow')}]{escape(word)}[/]: {escape(why)}")
+
+
+def show_verdict(verdict: Verdict | None, decision: tuple[str, str] | None = None) -> None:
+    """The decision first (one word, one sentence), the headline, then the reasons."""
     if verdict is None:
         return
+    if decision is not None:
+        show_decision(*decision)
     color = _VERDICT_COLORS.get(verdict.outcome, "yellow")
     console.print(f"[bold {color}]{escape(verdict.headline)}[/]")
     for reason in verdict.reasons:
@@ -89,8 +104,8 @@ def show_verdict(verdict: Verdict | None) -> None:
 
 
 def show_report(report: BenchReport, path: Path) -> None:
-    """Human summary: the verdict, one row per concurrency level, then validity and notes."""
-    show_verdict(report.verdict)
+    """Human summary: the decision and verdict, one row per level, then validity and notes."""
+    show_verdict(report.verdict, bench_decision(report))
     console.print(f"bench [bold]{report.bundle}[/] on {report.engine}: run {report.run_id} "
                   f"({report.settings.rounds} rounds {' '.join(report.settings.round_order)})")
     rows: list[list[object]] = []
@@ -131,7 +146,8 @@ def show_report(report: BenchReport, path: Path) -> None:
     for lv in report.levels:
         if lv.c_ci is not None:
             console.print(f"c at {lv.concurrency}: {lv.c_ci.ratio:.3f} [{lv.c_ci.low:.3f}, "
-                          f"{lv.c_ci.high:.3f}] over {lv.c_ci.n_base} rounds"
+                          f"{lv.c_ci.high:.3f}] over "
+                          f"{c_basis(lv.c_ci.n_base, len(lv.base.round_output_throughput))}"
                           + (f"; {lv.c_check.note}" if lv.c_check else ""))
     if st is not None:
         looks = looks_text(st.looks, st.per_look_confidence, report.settings.confidence)
