@@ -161,7 +161,8 @@ def test_progress_names_round_arm_level_interval_and_time(
     monkeypatch.setattr(_Runner, "measure", measure)
     runner.progress = lambda what, done, total: lines.append(what)
     raw = runner.run()
-    assert set(raw.phases) == {"verify_probe"}  # the stubs bypass launches and levels
+    # the stubs bypass launches and levels: the probes on the baseline remain
+    assert set(raw.phases) == {"verify_probe", "tie_probe"}
     assert lines[0].startswith("round 1/4 base c=1 |") and lines[0].endswith(" s")
     later = [ln for ln in lines if ln.startswith("round 3/4")]
     assert later and "P95 ratio" in later[0] and "vs 1.00" in later[0]

@@ -178,14 +178,20 @@ def _agreement_floor(report: BenchReport, t: AdmissionThresholds) -> Criterion:
         why = "no baseline A/A pair" if not fl.aa_pairs else "no prompt completed in both arms"
         return Criterion("token_agreement", False, "unmeasured", thr,
                          f"token agreement unmeasured: {why}")
-    ok = fl.relative >= t.min_agreement_vs_floor
+    rel = fl.relative if fl.relative_numerics is None else max(fl.relative,
+                                                                 fl.relative_numerics)
+    ok = rel >= t.min_agreement_vs_floor
     ident = f"{fl.spec_identical:.0%}" if fl.spec_identical is not None else "-"
     what = (f"mean common prefix {fl.spec_mean_prefix:.1f} of {fl.max_tokens} tokens "
             f"({fl.basis}) vs the baseline's own {fl.aa_mean_prefix:.1f} over {fl.aa_pairs} "
             f"A/A pairs = {fl.relative:.2f}; {ident} of {fl.spec_pairs} outputs identical")
-    return Criterion("token_agreement", ok, f"{fl.relative:.3f}", thr,
+    if fl.probed:
+        what += (f"; at {fl.near_ties} of {fl.probed} first divergences speculation took the "
+                 f"target's close runner-up (a near-tie: numerics of the verification batch), "
+                 f"which forgiven gives {rel:.2f}")
+    return Criterion("token_agreement", ok, f"{rel:.3f}", thr,
                      what + ("" if ok else f" (< {t.min_agreement_vs_floor:.2f}: speculation "
-                                           "changes the outputs, not only numerics)"))
+                                           "changes the outputs beyond numerics)"))
 
 
 def _validity(report: BenchReport) -> Criterion:

@@ -286,11 +286,15 @@ def validity(raw: RawRun, inp: AnalysisInputs) -> Validity:
         problems.append("token agreement unmeasured: no prompt completed in both arms")
     elif floor.relative is None:
         problems.append("token agreement unmeasured against its floor: no baseline A/A pair")
-    elif floor.relative < inp.min_agreement_vs_floor:
+    elif floor.relative < inp.min_agreement_vs_floor and (
+            floor.relative_numerics is None
+            or floor.relative_numerics < inp.min_agreement_vs_floor):
+        ties = (f"; {floor.near_ties} of {floor.probed} divergences probed were near-ties "
+                "(numerics)" if floor.probed else "")
         problems.append(f"token agreement: common prefix {floor.spec_mean_prefix:.1f} tokens is "
                         f"{floor.relative:.2f} of the baseline's own {floor.aa_mean_prefix:.1f} "
                         f"(< {inp.min_agreement_vs_floor:.2f}): the arms generate different "
-                        "outputs")
+                        f"outputs{ties}")
     arms = [raw.base, raw.spec] + ([raw.draft] if raw.draft else [])
     all_res = [r for a in arms for runs in a.runs.values() for run in runs for r in run.results]
     failed = [r for r in all_res if not r.ok]

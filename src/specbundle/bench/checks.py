@@ -20,6 +20,7 @@ import numpy as np
 from specbundle.bench import stats
 from specbundle.bench.client import LevelRun, RequestResult
 from specbundle.bench.engines import adapter_for
+from specbundle.bench.numerics import first_divergence
 from specbundle.bench.report import Agreement, CostCheck
 from specbundle.bench.runner import RawRun
 
@@ -162,10 +163,21 @@ def agreement(raw: RawRun, max_tokens: int) -> Agreement:
     rel = None
     if s_mean is not None and a_mean:
         rel = min(1.0, s_mean / a_mean)
+    ties = {t.divergence for t in raw.ties if t.near_tie}
+    texts = {q.prompt_id: q.prompt for qs in raw.requests.values() for q in qs}
+    forgiven = [float(min(a.completion_tokens, b.completion_tokens))
+                if not same and a.token_ids and b.token_ids and first_divergence(
+                    texts.get(a.prompt_id, ""), a.token_ids, b.token_ids) in ties else n
+                for (a, b), (n, same) in zip(spec_pairs, sp, strict=True)]
+    rel_num = None
+    if raw.ties and forgiven and a_mean:
+        rel_num = min(1.0, (sum(forgiven) / len(forgiven)) / a_mean)
     return Agreement(
         basis="token-ids" if ids and (sp or ap) else "text", max_tokens=max_tokens,
         spec_pairs=len(sp), aa_pairs=len(ap),
         spec_identical=mean([float(s) for _, s in sp]),
         aa_identical=mean([float(s) for _, s in ap]),
         spec_mean_prefix=s_mean, aa_mean_prefix=a_mean, relative=rel,
-        first_divergence={k: sum(v) / len(v) for k, v in sorted(per.items())})
+        first_divergence={k: sum(v) / len(v) for k, v in sorted(per.items())},
+        probed=len(raw.ties), near_ties=sum(t.near_tie for t in raw.ties),
+        relative_numerics=rel_num, probe_note=raw.tie_note)

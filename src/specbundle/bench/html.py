@@ -291,7 +291,10 @@ def _measurement(report: BenchReport) -> str:
                 f"{a.spec_pairs} pairs; the baseline with itself (A/A, relaunched) "
                 f"{_fmt(a.aa_mean_prefix, '.1f')} over {a.aa_pairs} pairs; relative "
                 f"{_fmt(a.relative)}. Identical full outputs: speculation "
-                f"{_fmt(a.spec_identical)}, A/A {_fmt(a.aa_identical)}.</p><table><tr>"
+                f"{_fmt(a.spec_identical)}, A/A {_fmt(a.aa_identical)}. Near-ties: "
+                f"{a.near_ties} of {a.probed} first divergences probed on the target were "
+                f"flips to its close runner-up (numerics); forgiven, relative "
+                f"{_fmt(a.relative_numerics)}. {html.escape(a.probe_note)}</p><table><tr>"
                 "<th>prompt</th><th>mean first divergence (tokens)</th></tr>"
                 + "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.1f}</td></tr>"
                           for k, v in a.first_divergence.items()) + "</table>")

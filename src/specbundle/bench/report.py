@@ -150,7 +150,9 @@ class Agreement:
     Greedy speculation is lossless only up to numerics: batch shapes differ in verification,
     near-ties flip, and after a flip the outputs part. So outputs are compared by their
     common prefix (the first-divergence position), on token ids where the engine returns
-    them, and speculation's prefix is judged against the baseline's A/A prefix.
+    them, and speculation's prefix is judged against the baseline's A/A prefix; where the
+    target's margins were probed, against that floor with its near-tie flips forgiven
+    (``relative_numerics``), so only a divergence beyond numerics fails the gate.
     """
 
     basis: Literal["token-ids", "text"]
@@ -163,6 +165,12 @@ class Agreement:
     aa_mean_prefix: float | None
     relative: float | None  # spec_mean_prefix / aa_mean_prefix
     first_divergence: dict[str, float] = field(default_factory=dict)  # prompt -> mean prefix
+    # The target's own margin at each first divergence (bench.numerics): a flip to its close
+    # runner-up is numerics of the verification batch, which the A/A floor cannot see.
+    probed: int = 0  # distinct divergences probed
+    near_ties: int = 0  # of them, flips within numerics.TIE_MARGIN
+    relative_numerics: float | None = None  # ``relative`` with near-tie flips counted as agreeing
+    probe_note: str = ""
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from specbundle.bench.budget import (
 )
 from specbundle.bench.client import AiohttpTransport, CompletionRequest, LevelRun, run_level
 from specbundle.bench.engines import adapter_for
+from specbundle.bench.numerics import TieProbe, collect
 from specbundle.bench.prometheus import WindowDelta, window_delta
 from specbundle.bench.report import Stopping, StopReason
 from specbundle.bench.servers import attach, get_json, scrape, served_model
@@ -144,6 +145,8 @@ class RawRun:
     # baseline requests alternated with the draft's while both servers run (c's pairs)
     probe: ArmData | None = None
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase of the rounds
+    ties: tuple[TieProbe, ...] = ()  # the target's margins at speculation's first divergences
+    tie_note: str = ""
 
 
 class _Runner:
@@ -187,6 +190,8 @@ class _Runner:
         self.status = ""  # the P95 ratio's current repeated CI, for progress lines
         self.mark: Mark | None = None  # where the arm launch under way began
         self.clock = PhaseClock()  # seconds per phase of the rounds (where the time goes)
+        self.ties: list[TieProbe] = []  # the target's margins at speculation's divergences
+        self.tie_note = ""
         self.total = (self.per_round * self.rounds
                       + (opts.aa_rounds if self.p95 in self.levels else 0))
 
@@ -301,7 +306,7 @@ class _Runner:
             base=base, spec=spec, draft=draft, aa=aa, round_order=tuple(order),
             settings_equal=None, settings_note="", server={}, notes=self.notes,
             stopping=stopping, probe=probe if probe.runs else None,
-            phases=self.clock.rounded(),
+            phases=self.clock.rounded(), ties=tuple(self.ties), tie_note=self.tie_note,
         )
 
     def _rounds(self, reqs: dict[int, list[CompletionRequest]], base: ArmData, spec: ArmData,
@@ -338,9 +343,21 @@ class _Runner:
                     if arm == "base":
                         with self.clock.timed("verify_probe"):
                             self._verify_probe(url, base)
+                        if r % 2 == 1:  # speculation ran before this baseline: probe its flips
+                            with self.clock.timed("tie_probe"):
+                                self._tie_probe(url, reqs, base, spec)
                         if draft is not None and self.cohost:
                             self._draft_probe(url, reqs, draft, probe)
             self.round += 1
+
+    def _tie_probe(self, url: str, reqs: dict[int, list[CompletionRequest]], base: ArmData,
+                   spec: ArmData) -> None:
+        """The baseline's margin at each new first divergence of speculation (numerics)."""
+        texts = {q.prompt_id: q.prompt for qs in reqs.values() for q in qs}
+        got, note = collect(url, self.engine, base.runs, spec.runs, texts, self.ties,
+                            timeout=self.opts.request_timeout_s)
+        self.ties += got
+        self.tie_note = note or self.tie_note
 
     def _verify_probe(self, url: str, data: ArmData) -> None:
         """v(g, batch) per level on the target alone, while the baseline server is up."""
@@ -376,17 +393,13 @@ class _Runner:
                 "time_budget", "interrupted") and self.plan.futile(ci, self.target):
             reason = "futile"  # non-binding: cut short, the evidence may already be futile
         if reason == "futile":
-            self.notes.append(
-                f"futility at P95 after {rounds} rounds: even the top of the CI, "
-                f"{ci.high if ci else float('nan'):.2f}, could not clear {self.target:.2f} by "
-                f"the last look ({self.plan.last} rounds) at this noise: rejected")
+            self.notes.append(f"futility at P95 after {rounds} rounds: even the top of the CI "
+                              f"could not clear {self.target:.2f} by the last look "
+                              f"({self.plan.last} rounds) at this noise: rejected")
         elif reason in ("time_budget", "interrupted"):
-            what = f"time budget of {self.budget:.0f} s spent" if reason == "time_budget" \
-                else "interrupted"
-            self.notes.append(
-                f"{what} after {rounds} whole rounds ({len(base.runs.get(self.p95, []))} "
-                f"baseline and {len(spec.runs.get(self.p95, []))} speculative launches): the "
-                "evidence so far, never a pass")
+            what = {"time_budget": f"time budget of {self.budget:.0f} s spent"}.get(reason, reason)
+            self.notes.append(f"{what} after {rounds} whole rounds: the evidence so far, "
+                              "never a pass")
         need = stats.rounds_to_resolve(ci, self.target) if ci and side == "inconclusive" \
             else None
         if side == "inconclusive" and reason != "futile":
@@ -395,9 +408,7 @@ class _Runner:
                 + (f": about {need} rounds per arm would resolve it at this noise" if need
                    else ": the ratio sits on the threshold"))
         return Stopping(
-            rule="sequential" if self.plan.sequential else "fixed",
-            outcome=side,
-            reason=reason,
+            rule="sequential" if self.plan.sequential else "fixed", outcome=side, reason=reason,
             rounds=rounds, min_rounds=self.rounds, max_rounds=self.max_rounds,
             threshold=self.target, time_budget_s=self.budget, elapsed_s=elapsed,
             rounds_to_resolve=need, looks=self.plan.looks,
