@@ -104,3 +104,30 @@ def test_the_tune_page_opens_with_the_schedule_in_one_word(tmp_path: Path) -> No
                   dom)
     assert m is not None and m.group(1) == "OFF"
     assert "speculation stays off (K = 0)" in m.group(2)
+
+
+@requires_chromium
+def test_the_audit_page_opens_with_the_bundles_standing(tmp_path: Path) -> None:
+    from specbundle.audit import audit
+    from specbundle.audit.html import render_html as audit_html
+    from specbundle.audit.model import Link
+    from tests.audit.conftest import build_chain
+
+    chain = build_chain(tmp_path)
+    report = audit(chain.mirror, "pair", policy=chain.policy)
+    bundle = report.bundles[0]
+    for b, word in ((bundle, "UNADMITTED"),
+                    (replace(bundle, admissions=({"line": 7, "time": "t", "result": "FAILED",
+                                                  "outcome": "inconclusive",
+                                                  "reasons": ["throughput_ratio: inconclusive"],
+                                                  "signers": [], "signer_names": [],
+                                                  "policy": None, "status": "ok",
+                                                  "detail": ""},
+                                                 )), "INCONCLUSIVE"),
+                    (replace(bundle, links=(Link("model.sig", "failed", "bad signature"),)),
+                     "BROKEN")):
+        page = tmp_path / f"{word}.html"
+        page.write_text(audit_html(report, b))
+        m = re.search(r"</h1>\s*<p id=\"decision\"[^>]*><strong>(\w+)</strong>: ([^<]*)</p>",
+                      dump_dom(page))
+        assert m is not None and m.group(1) == word, word
