@@ -188,7 +188,7 @@ class _Runner:
         self.t0 = time.monotonic()
         self.round = 0
         self.status = ""  # the P95 ratio's current repeated CI, for progress lines
-        self.mark: Mark | None = None  # where the arm launch under way began
+        self.mark: Mark | None = None  # the data after the last whole arm launch
         self.clock = PhaseClock()  # seconds per phase of the rounds (where the time goes)
         self.ties: list[TieProbe] = []  # the target's margins at speculation's divergences
         self.tie_note = ""
@@ -281,7 +281,7 @@ class _Runner:
         order: list[str] = []
         self.t0 = time.monotonic()
         arms = [a for a in (base, spec, draft, probe) if a is not None]
-        mark = marks(arms)
+        self.mark = marks(arms)
         reason: StopReason = "fixed"
         try:
             reason = self._rounds(reqs, base, spec, draft, probe, order, arms)
@@ -289,10 +289,9 @@ class _Runner:
             reason = "time_budget"
         except KeyboardInterrupt:  # SIGINT, or SIGTERM as the CLI maps it: report what we have
             reason = "interrupted"
-        if reason in ("time_budget", "interrupted"):
-            mark = self.mark or mark
-            rollback(arms, mark)  # drop the arm launch under way: whole launches only
-            del order[mark.order:]
+        if reason in ("time_budget", "interrupted") and self.mark is not None:
+            rollback(arms, self.mark)  # drop the arm launch under way: whole launches only
+            del order[self.mark.order:]
         stopping = self._stopping(base, spec, self.round, reason, time.monotonic() - self.t0)
         aa = None
         if self.opts.aa_rounds and self.p95 in self.levels and reason not in (
@@ -333,7 +332,6 @@ class _Runner:
                         f"{percent(self.opts.confidence)} overall)")
                 self.total += 2 * self.per_round
             for i, arm in enumerate(("base", "spec") if r % 2 == 0 else ("spec", "base")):
-                self.mark = marks(arms, len(order))
                 self._check_time()  # no launch starts past the budget (levels check too)
                 if i == 1 and draft is not None and not self.cohost:  # next to this base
                     self._draft(reqs, draft)
@@ -348,6 +346,7 @@ class _Runner:
                                 self._tie_probe(url, reqs, base, spec)
                         if draft is not None and self.cohost:
                             self._draft_probe(url, reqs, draft, probe)
+                self.mark = marks(arms, len(order))  # a whole launch: kept if stopped later
             self.round += 1
 
     def _tie_probe(self, url: str, reqs: dict[int, list[CompletionRequest]], base: ArmData,
