@@ -27,6 +27,7 @@ from tests._engine import find_llama_server
 from tests.bench.conftest import bundle_doc, pull_synth
 
 from specbundle.bench import BenchOptions, run_bench
+from specbundle.bundle import read_unsigned
 from specbundle.synth import SynthPair, make_pair
 
 WITHIN = 0.15
@@ -44,8 +45,8 @@ def _rows(root: Path, kind: str, levels: list[int], rounds: int, max_tokens: int
     doc = bundle_doc(kind, _pair(root / "pairs", kind), levels=levels)
     doc["engines"]["llamacpp"]["parallel"] = max(levels)  # slots cover the sweep
     mirror = pull_synth(root / f"mirror-{kind}", doc)
-    report = run_bench(mirror, kind, options=BenchOptions(binary=binary, rounds=rounds,
-                                                          max_tokens=max_tokens))
+    report = run_bench(read_unsigned(mirror, kind), options=BenchOptions(
+        binary=binary, rounds=rounds, max_tokens=max_tokens))
     out = []
     for lv in report.levels:
         m, r = lv.model, lv.ratio

@@ -37,6 +37,7 @@ from typing import Any
 from specbundle.bench import stats
 from specbundle.bench.client import AiohttpTransport, CompletionRequest, LevelRun, run_level
 from specbundle.bench.servers import free_port, launch
+from specbundle.bundle import read_unsigned
 
 
 def _spin(stop: Any, seed: int) -> None:
@@ -164,7 +165,7 @@ def tune_cost(root: Path, rounds: int, n: int, tokens: int) -> tuple[float, int]
                      "concurrency_levels": [1, 2]}}
     mirror = Mirror.open(root / "mirror", create=True)
     pull_bundle(parse_spec(doc), mirror)
-    res = run_tune(mirror, "cyc", options=TuneOptions(ks=(1, 3, 6)),
+    res = run_tune(read_unsigned(mirror, "cyc"), options=TuneOptions(ks=(1, 3, 6)),
                    keys=[generate_key("ecdsa-p256")])
     print(f"tune: schedule {[(c.concurrency, c.k) for c in res.choices]}, best fixed "
           f"{res.best_fixed.name if res.best_fixed else '-'}", flush=True)

@@ -35,6 +35,7 @@ from tests._vllm import (  # noqa: E402
 )
 from tests._vllm_bundles import PROMPTS, make_models, pull, vllm_doc  # noqa: E402
 
+from specbundle.bundle import read_unsigned  # noqa: E402
 from specbundle.mirror import Mirror  # noqa: E402
 from specbundle.render import render_bundle  # noqa: E402
 
@@ -86,7 +87,7 @@ def main() -> int:
             extra = {"prompt_lookup_max": 4, "prompt_lookup_min": 2} if method == "ngram" else None
             name = pull(mirror, vllm_doc(f"bench{i}", m.target, drafts[method],
                                          method=method, k=ks[method], speculative_extra=extra))
-            res = render_bundle(mirror, name, "vllm", "shell")
+            res = render_bundle(read_unsigned(mirror, name), "vllm", "shell")
             scripts[method] = (name, next(f for f in res.files if f.suffix == ".sh"))
         first_name, first_script = next(iter(scripts.values()))
         base_boot: list[float] = []

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The test command the README gives: lint, then the suite. Isolated-side stages (verify, render,
-# bench, admit, audit, demo) run inside a network namespace with only loopback (`unshare -rn`),
-# which proves they never touch the network; the connected side (pull, scan, sign, images) runs
-# normally against loopback servers the tests start.
+# bench, admit, audit, review, demo) run inside a network namespace with only loopback
+# (`unshare -rn`), which proves they never touch the network; the connected side (pull, scan,
+# sign, images) runs normally against loopback servers the tests start. Components the suite
+# needs beyond pip (browser, HSM, Docker, SGLang, registry, vLLM) come from ci/setup.sh; tests
+# whose component is missing skip, and the closing lines say how many and how to install them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash ci/lint.sh
+. ci/timing.sh
+[ -n "$SB_TIMINGS_OWNER" ] && trap timing_table EXIT
+timed "lint (ruff, mypy --strict)" bash ci/lint.sh
 
 isolated=()
-for d in tests/verify tests/render tests/bench tests/admit tests/audit tests/demo; do
+for d in tests/verify tests/render tests/bench tests/admit tests/audit tests/review tests/demo; do
   [ -d "$d" ] && isolated+=("$d")
 done
 connected=()
@@ -22,17 +26,40 @@ done
 docker_bench=tests/bench/test_docker_runtime.py
 [ -f "$docker_bench" ] && connected+=("$docker_bench")
 
+counts=$(mktemp -d "${TMPDIR:-/tmp}/specbundle-counts.XXXXXX")
+pytest_args=(-q -p no:cacheprovider -p tests._timing)
 status=0
-python -m pytest -q -p no:cacheprovider "${connected[@]}" "$@" || status=$?
+SB_PYTEST_COUNTS="$counts/connected.json" \
+  timed "suite: connected side" python -m pytest "${pytest_args[@]}" "${connected[@]}" "$@" \
+  || status=$?
 if [ ${#isolated[@]} -gt 0 ]; then
   if unshare -rn true 2>/dev/null; then
-    unshare -rn sh -c 'ip link set lo up 2>/dev/null || true; exec "$@"' sh \
-      python -m pytest -q -p no:cacheprovider --ignore="$docker_bench" "${isolated[@]}" "$@" \
+    SB_PYTEST_COUNTS="$counts/isolated.json" timed "suite: isolated side (unshare -rn)" \
+      unshare -rn sh -c 'ip link set lo up 2>/dev/null || true; exec "$@"' sh \
+      python -m pytest "${pytest_args[@]}" --ignore="$docker_bench" "${isolated[@]}" "$@" \
       || status=$?
   else
     echo "unshare -rn unavailable: running isolated-side tests without a network namespace"
-    python -m pytest -q -p no:cacheprovider --ignore="$docker_bench" "${isolated[@]}" "$@" \
+    SB_PYTEST_COUNTS="$counts/isolated.json" timed "suite: isolated side (no namespace)" \
+      python -m pytest "${pytest_args[@]}" --ignore="$docker_bench" "${isolated[@]}" "$@" \
       || status=$?
   fi
 fi
+# One closing line for both suites, and a plain word on what did not run.
+python - "$counts" "$SB_TIMINGS.closing" <<'PY'
+import json, pathlib, sys
+total = {}
+for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
+    for k, v in json.loads(f.read_text()).items():
+        total[k] = total.get(k, 0) + v
+skipped = total.get("skipped", 0)
+if skipped:
+    print(f"\n{skipped} tests skipped (reasons listed above); `bash ci/setup.sh` installs the "
+          "browser, HSM, Docker, SGLang, registry and vLLM components they need.")
+line = (f"total: {total.get('passed', 0)} passed, {total.get('failed', 0)} failed, "
+        f"{skipped} skipped")
+print(line)
+pathlib.Path(sys.argv[2]).write_text(line + "\n")
+PY
+rm -rf "$counts"
 exit $status

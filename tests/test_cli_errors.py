@@ -180,7 +180,8 @@ def test_bench_missing_engine_binary_fails_before_launch(
         mirror: Mirror, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("LLAMA_SERVER", "/nonexistent/llama-server")
-    code, _, err = run_cli(capsys, "bench", "llama-pair", "--mirror", str(mirror.root))
+    code, _, err = run_cli(capsys, "bench", "llama-pair", "--mirror", str(mirror.root),
+                           "--unsigned")
     assert code == 6
     assert "engine binary /nonexistent/llama-server (LLAMA_SERVER / --binary) is not an " \
            "executable file" in err
@@ -192,7 +193,7 @@ def test_unwritable_output_is_environment_not_internal(
     out_dir = tmp_path / "file" / "render"
     code, out, err = run_cli(capsys, "render", "llama-pair", "--engine", "llamacpp",
                              "--target", "shell", "--mirror", str(mirror.root), "--out",
-                             str(out_dir), "--json")
+                             str(out_dir), "--json", "--unsigned")
     assert code == 6 and f"cannot write rendered manifests to {out_dir}" in err
     assert _error_doc(out)["kind"] == "environment"
 
@@ -238,7 +239,8 @@ def test_mirror_ls_lists_the_readable_and_names_the_broken(
 def test_render_refuses_an_image_reference_that_would_break_the_manifest(
         mirror: Mirror, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(capsys, "render", "llama-pair", "--engine", "vllm", "--target",
-                           "shell", "--mirror", str(mirror.root), "--image", "vllm:1 --x")
+                           "shell", "--mirror", str(mirror.root), "--image", "vllm:1 --x",
+                           "--unsigned")
     assert code == 2 and "image reference 'vllm:1 --x' is not valid" in err
 
 

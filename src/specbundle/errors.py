@@ -23,6 +23,7 @@ them to exit codes in one table (``specbundle.cli._errors``), so "the check said
       AdmissionRejected                5  the gate said no
       EnvironmentProblem               6  missing tool, bad key file, offline violation
         DiskError                      6  a full or failing disk (names path and space needed)
+      BehaviourChanged                 7  diff --fail-on-behaviour-change: runtime or gate moved
 
 Messages never contain credentials: :func:`redact` scrubs the HF token and URL
 ``user:password@`` parts from any text.
@@ -36,6 +37,7 @@ from typing import ClassVar
 
 __all__ = [
     "AdmissionRejected",
+    "BehaviourChanged",
     "BenchError",
     "BundleNotFound",
     "CorruptMirror",
@@ -69,6 +71,7 @@ class ExitCode:
     SCAN_BLOCKED = 4
     ADMISSION_REJECTED = 5
     ENVIRONMENT = 6
+    BEHAVIOUR_CHANGED = 7
 
 
 _TOKEN_RE = re.compile(r"hf_[A-Za-z0-9]{8,}")
@@ -225,3 +228,10 @@ class DiskError(EnvironmentProblem, OSError):
 
     The message names the path and, for a full disk, the bytes needed and free.
     """
+
+
+class BehaviourChanged(SpecbundleError):
+    """A diff found a change to what runs or to the gate, and the caller asked to fail on it."""
+
+    exit_code = ExitCode.BEHAVIOUR_CHANGED
+    kind = "behaviour-changed"

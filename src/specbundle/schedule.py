@@ -29,7 +29,7 @@ from specbundle.spec import BundleSpec
 from specbundle.strict import MalformedDocument, loads_json
 
 __all__ = ["SCHEDULE_FILE", "SCHEDULE_VERSION", "Tier", "TunedSchedule", "apply_tuned",
-           "read_tuned", "schedule_digest"]
+           "read_bound_schedule", "read_logged_schedule", "schedule_digest"]
 
 SCHEDULE_FILE = "tune/schedule.json"
 SCHEDULE_VERSION = "specbundle.tune-schedule/v1"
@@ -130,26 +130,36 @@ def schedule_digest(sched: object) -> str | None:
     return got if isinstance(got, str) else None
 
 
-def read_tuned(mirror: Mirror, name: str, engine: str, *,
-               bound: frozenset[str] | None = None) -> TunedSchedule | None:
-    """The bundle's tuned schedule for ``engine``, only if a statement binds its digest.
+def _parsed(data: bytes, engine: str) -> TunedSchedule | None:
+    tuned = TunedSchedule.from_bytes(data)
+    return tuned if tuned.engine == engine else None
 
-    ``bound``: the schedule digests a verification found bound by tune statements that
+
+def read_bound_schedule(mirror: Mirror, name: str, engine: str,
+                        bound: frozenset[str]) -> TunedSchedule | None:
+    """The bundle's tuned schedule for ``engine``, only if its bytes hash to a bound digest.
+
+    ``bound``: the schedule digests a verification found bound by the latest tune statement
     eligible policy keys signed (``VerifiedBundle.tuned_schedules``); the file is used only if
-    its bytes, as read now, hash to one of them. Without it (connected side), a tune statement
-    in the attestation log naming the digest is enough; signatures are then ``verify``'s
-    business. A schedule file nothing binds is ignored (never acted on): render then uses the
-    spec as written.
+    its bytes, as read now, hash to one of them. Anything else is ignored (never acted on):
+    render then uses the spec as written.
+    """
+    data = mirror.read_bundle_file(name, SCHEDULE_FILE)
+    if data is None or sha256_bytes(data) not in bound:
+        return None
+    return _parsed(data, engine)
+
+
+def read_logged_schedule(mirror: Mirror, name: str, engine: str) -> TunedSchedule | None:
+    """Connected side: the schedule file if any tune statement in the log names its digest.
+
+    Signatures are not checked here (that is ``verify``'s business): only the unsigned
+    reading of a bundle (:func:`specbundle.bundle.read_unsigned`) uses this.
     """
     data = mirror.read_bundle_file(name, SCHEDULE_FILE)
     if data is None:
         return None
     digest = sha256_bytes(data)
-    if bound is not None:
-        if digest not in bound:
-            return None
-        tuned = TunedSchedule.from_bytes(data)
-        return tuned if tuned.engine == engine else None
     for env in read_attestations(mirror, name, problems=[]):
         try:
             st = parse_statement(env.payload)
@@ -157,11 +167,8 @@ def read_tuned(mirror: Mirror, name: str, engine: str, *,
             continue
         sched = st.predicate.get("schedule") if st.predicate_type == TUNE_SCHEDULE_V1 else None
         if isinstance(sched, dict) and schedule_digest(sched) == digest:
-            break
-    else:
-        return None
-    tuned = TunedSchedule.from_bytes(data)
-    return tuned if tuned.engine == engine else None
+            return _parsed(data, engine)
+    return None
 
 
 def apply_tuned(spec: BundleSpec, tuned: TunedSchedule | None) -> BundleSpec:

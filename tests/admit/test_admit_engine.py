@@ -17,6 +17,7 @@ from specbundle.attest import BENCH_EVIDENCE_V1, SLSA_VSA_V1, check_statement, r
 from specbundle.bench import BenchOptions, BenchReport, load_report, report_schema
 from specbundle.digest import sha256_bytes
 from specbundle.synth import SynthPair
+from specbundle.verify import verify_bundle
 from tests.admit.conftest import Signed, signed_bundle
 
 # A statistical verdict on a shared 2-core box: a failure is re-measured (twice) before it counts.
@@ -41,7 +42,7 @@ def good(admit_root: Path, bench_pairs: dict[str, SynthPair],
     s = signed_bundle(admit_root / "good", "good", bench_pairs["good"], levels=[1],
                       admission=GATE)
     try:
-        return s, admit_bundle(s.mirror, "good", policy=s.policy, keys=[s.key],
+        return s, admit_bundle(verify_bundle(s.mirror, "good", s.policy), keys=[s.key],
                                bench_options=BenchOptions(binary=llama_server_bin,
                                                           rounds=GOOD_ROUNDS,
                                                           max_rounds=MAX_ROUNDS,
@@ -55,7 +56,7 @@ def bad(admit_root: Path, bench_pairs: dict[str, SynthPair],
         llama_server_bin: Path) -> tuple[Signed, Decision | Rejected]:
     s = signed_bundle(admit_root / "bad", "bad", bench_pairs["bad"], levels=[1], admission=GATE)
     try:
-        return s, admit_bundle(s.mirror, "bad", policy=s.policy, keys=[s.key],
+        return s, admit_bundle(verify_bundle(s.mirror, "bad", s.policy), keys=[s.key],
                                bench_options=BenchOptions(binary=llama_server_bin))
     except Rejected as err:
         return s, err

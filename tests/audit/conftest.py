@@ -12,6 +12,7 @@ import yaml
 
 from specbundle.attest import SigningKey, generate_key
 from specbundle.audit import write_checkpoint
+from specbundle.bundle import read_unsigned
 from specbundle.mirror import Mirror
 from specbundle.pull import pull_bundle
 from specbundle.record import BundleRecord
@@ -64,7 +65,7 @@ def build_chain(root: Path, *, name: str = "pair", seed: int = 0,
         before_sign(mirror)
     key = release or generate_key("ecdsa-p256")
     sign_bundle(mirror, name, [key])
-    render_bundle(mirror, name, "llamacpp", "shell", allow_unpinned_image=True)
+    render_bundle(read_unsigned(mirror, name), "llamacpp", "shell", allow_unpinned_image=True)
     write_checkpoint(mirror, [key])
     other = generate_key("ecdsa-p256")
     return Chain(mirror, record, key, other, policy_for({"release": key}), root)

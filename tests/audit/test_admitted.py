@@ -12,6 +12,7 @@ from specbundle.audit import audit
 from specbundle.audit.bom import bundle_bom
 from specbundle.bench import BenchOptions
 from specbundle.synth import make_pair
+from specbundle.verify import verify_bundle
 from tests.admit.conftest import Signed, signed_bundle
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.integration]
@@ -25,7 +26,7 @@ def admitted(module_tmp: Path, llama_server_bin: Path) -> Signed:
     s = signed_bundle(root, "bad", pair, levels=[1],
                       admission={"min_throughput_ratio_lower_bound": 1.0})
     with pytest.raises(Rejected):
-        admit_bundle(s.mirror, "bad", policy=s.policy, keys=[s.key],
+        admit_bundle(verify_bundle(s.mirror, "bad", s.policy), keys=[s.key],
                      bench_options=BenchOptions(binary=llama_server_bin))
     return s
 

@@ -17,6 +17,7 @@ from specbundle.attest import (
     generate_key,
     sign_statement,
 )
+from specbundle.attest.mirrored import bundle_manifest
 from specbundle.audit import audit
 from specbundle.audit.queries import (
     admissions_older_than,
@@ -28,7 +29,6 @@ from specbundle.digest import sha256_bytes
 from specbundle.errors import UsageError
 from specbundle.mirror import versions
 from specbundle.pull import pull_bundle
-from specbundle.sign import bundle_manifest
 from tests.audit.builders import bundle_spec, small_pair
 from tests.audit.conftest import Chain, policy_for
 

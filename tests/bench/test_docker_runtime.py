@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from specbundle.bench import BenchOptions, run_bench
+from specbundle.bundle import read_unsigned
 from specbundle.images import save_images
 from specbundle.synth import SynthPair
 from tests.bench.conftest import bundle_doc, pull_synth
@@ -47,7 +48,7 @@ def test_bench_runs_the_rendered_commands_in_the_loaded_image(
     doc["bench"] = {**doc["bench"], "max_rounds": doc["bench"]["rounds"]}
     mirror = pull_synth(tmp_path / "mirror", doc)
     save_images(mirror, "dock")
-    report = run_bench(mirror, "dock", options=BenchOptions(runtime="docker",
+    report = run_bench(read_unsigned(mirror, "dock"), options=BenchOptions(runtime="docker",
                                                             startup_timeout_s=120))
     assert report.server["runtime"] == "docker"
     lv = report.at_p95

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from specbundle.bench import BenchOptions, run_bench
+from specbundle.bundle import read_unsigned
 from specbundle.errors import BenchError
 from specbundle.synth import SynthPair
 from tests._engine import llama_server, metrics, spec_args
@@ -40,7 +41,7 @@ def test_acceptance_equals_llama_server_counter_deltas(
         draft_url = start(pair.draft.gguf, [], "draft.log")
         before = metrics(spec_url)
         base_before = metrics(base_url)
-        report = run_bench(mirror, "url", options=BenchOptions(
+        report = run_bench(read_unsigned(mirror, "url"), options=BenchOptions(
             base_url=spec_url, baseline_url=base_url, draft_url=draft_url, warmup_requests=0,
             aa_rounds=2, max_rounds=2))
         after = metrics(spec_url)
@@ -77,11 +78,11 @@ def test_base_url_without_baseline_cannot_compare(
         tmp_path: Path, bench_pairs: dict[str, SynthPair]) -> None:
     mirror = pull_synth(tmp_path / "mirror", bundle_doc("one", bench_pairs["good"], levels=[1]))
     with pytest.raises(BenchError, match="baseline-url"):
-        run_bench(mirror, "one", options=BenchOptions(base_url="http://127.0.0.1:9",
+        run_bench(read_unsigned(mirror, "one"), options=BenchOptions(base_url="http://127.0.0.1:9",
                                                       startup_timeout_s=1))
 
 
 def test_unknown_engine_is_refused(tmp_path: Path, bench_pairs: dict[str, SynthPair]) -> None:
     mirror = pull_synth(tmp_path / "mirror", bundle_doc("eng", bench_pairs["good"], levels=[1]))
     with pytest.raises(BenchError, match="no vllm settings"):
-        run_bench(mirror, "eng", engine="vllm")
+        run_bench(read_unsigned(mirror, "eng"), engine="vllm")

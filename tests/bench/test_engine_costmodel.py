@@ -17,6 +17,7 @@ import pytest
 
 from specbundle.bench import BenchOptions, BenchReport, run_bench
 from specbundle.bench.html import render_html
+from specbundle.bundle import read_unsigned
 from specbundle.synth import SynthPair
 from tests.bench.conftest import bundle_doc, pull_synth
 
@@ -27,7 +28,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow, MEASURED]
 
 def _bench(root: Path, name: str, pair: SynthPair, binary: Path, **opts: Any) -> BenchReport:
     mirror = pull_synth(root / "mirror", bundle_doc(name, pair, levels=[1]))
-    return run_bench(mirror, name, options=BenchOptions(binary=binary, **opts))
+    return run_bench(read_unsigned(mirror, name), options=BenchOptions(binary=binary, **opts))
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from specbundle.admit import evaluate
 from specbundle.attest import generate_key
 from specbundle.bench import BenchOptions, run_bench
 from specbundle.bench.tune import TuneOptions, run_tune
+from specbundle.bundle import read_unsigned
 from specbundle.render import render_bundle
 from specbundle.schedule import read_tuned
 from specbundle.spec import parse_spec
@@ -43,7 +44,7 @@ def test_a_draft_that_is_the_target_measures_c_near_one_and_is_rejected(
     pair = make_self_pair(tmp_path / "pair", seed=3, target_layers=4)
     doc = _fixed(bundle_doc("self", pair, levels=[1]))
     mirror = pull_synth(tmp_path / "mirror", doc)
-    report = run_bench(mirror, "self", options=BenchOptions(binary=llama_server_bin,
+    report = run_bench(read_unsigned(mirror, "self"), options=BenchOptions(binary=llama_server_bin,
                                                             requests_per_level=8))
     lv = report.at_p95
     # 2 rounds x 8 requests, each alternated between the baseline and the draft alone
@@ -85,7 +86,7 @@ def servers(module_tmp: Path, bench_pairs: dict[str, SynthPair],
 def _floor_report(tmp_path: Path, pair: SynthPair, spec_url: str, base_url: str) -> Any:
     doc = _fixed(bundle_doc("floor", pair, levels=[1]))
     mirror = pull_synth(tmp_path / "mirror", doc)
-    report = run_bench(mirror, "floor", options=BenchOptions(
+    report = run_bench(read_unsigned(mirror, "floor"), options=BenchOptions(
         base_url=spec_url, baseline_url=base_url, measure_draft=False, warmup_requests=0))
     return report, parse_spec(doc).admission
 
@@ -118,7 +119,7 @@ def test_tune_finds_the_k_a_cyclic_draft_agrees_for(tmp_path: Path,
     doc = bundle_doc("cyc", cyc.pair, levels=[1])
     mirror = pull_synth(tmp_path / "mirror", doc)
     key = generate_key("ecdsa-p256")
-    result = run_tune(mirror, "cyc", options=TuneOptions(
+    result = run_tune(read_unsigned(mirror, "cyc"), options=TuneOptions(
         ks=(1, 3, 6), rounds=2, max_rounds=4, binary=llama_server_bin), keys=[key])
     (choice,) = result.choices
     # looks at 2 and 4 rounds: each a repeated CI at 95 % for 90 % overall (stats.LookPlan)
@@ -131,7 +132,7 @@ def test_tune_finds_the_k_a_cyclic_draft_agrees_for(tmp_path: Path,
     assert k6.ratio is not None and k6.ratio.ratio < choice.ratio
     tuned = read_tuned(mirror, "cyc", "llamacpp")  # bound by digest to the signed statement
     assert tuned is not None and tuned.at(1).k == cyc.agree
-    rendered = render_bundle(mirror, "cyc", "llamacpp", "shell")
+    rendered = render_bundle(read_unsigned(mirror, "cyc"), "llamacpp", "shell")
     args = list(rendered.command.args)
     assert args[args.index("--spec-draft-n-max") + 1] == str(cyc.agree)
     assert mirror.read_bundle_file("cyc", f"tune/{result.run_id}/tune.html") is not None

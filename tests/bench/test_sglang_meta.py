@@ -224,6 +224,19 @@ def test_window_sums_equal_the_servers_figures(sglang: tuple[str, SGLangStub],
     assert f"{names} field names" in acc.note
 
 
+def test_a_resolved_tree_gets_no_chain_alpha(sglang: tuple[str, SGLangStub]) -> None:
+    """α from τ assumes a chain: with the tree SGLang reports it resolved (``/server_info``,
+    e.g. its auto-chosen (5, 4, 8) or NGRAM's breadth 10) it is not reported."""
+    url, _ = sglang
+    run = _level(url, n=4)
+    tree = acceptance("sglang", [], [run], {"speculative_eagle_topk": 4,
+                                            "speculative_num_draft_tokens": 8})
+    assert tree.alpha is None and "tree in force (topk 4, 8 draft tokens" in tree.note
+    assert tree.mean_acceptance_length is not None  # τ stays: it is exact for a tree too
+    chain = acceptance("sglang", [], [run], {"speculative_eagle_topk": 1})
+    assert chain.alpha is not None and "tree in force" not in chain.note
+
+
 @pytest.mark.parametrize(("drop", "named"), [
     ({"spec_verify_ct"}, "lacks spec_verify_ct"),
     ({"spec_num_correct_drafts", "spec_accepted_drafts"}, "spec_num_correct_drafts / "

@@ -33,6 +33,7 @@ from specbundle.bench.engines import VllmAdapter
 from specbundle.bench.prometheus import parse_scrape
 from specbundle.bench.report import BenchReport
 from specbundle.bench.servers import free_port, launch
+from specbundle.bundle import read_unsigned
 from specbundle.mirror import Mirror
 from specbundle.render import build_serve_command, render_bundle
 from specbundle.spec import parse_spec
@@ -69,7 +70,7 @@ class Box:
     vllm_bin: Path
 
     def script(self, name: str) -> Path:
-        res = render_bundle(self.mirror, name, "vllm", "shell")
+        res = render_bundle(read_unsigned(self.mirror, name), "vllm", "shell")
         return next(f for f in res.files if f.suffix == ".sh")
 
     @contextlib.contextmanager
@@ -181,6 +182,7 @@ def _bench(box: Box, name: str, spec_url: str, base_url: str, draft_url: str) ->
     before = metrics(spec_url)
     proc = subprocess.run(  # the real CLI, against the three running servers
         [sys.executable, "-m", "specbundle", "bench", name, "--engine", "vllm", "--json",
+         "--unsigned",
          "--mirror", str(box.mirror.root), "--base-url", spec_url, "--baseline-url", base_url,
          "--draft-url", draft_url], capture_output=True, text=True, timeout=3000, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -15,6 +15,7 @@ import docker.errors
 import httpx
 import pytest
 
+from specbundle.bundle import read_unsigned
 from specbundle.digest import hash_file
 from specbundle.errors import UsageError, VerificationError
 from specbundle.images import (
@@ -30,9 +31,11 @@ from specbundle.images import (
     save_images,
     serve_container,
 )
-from specbundle.mirror import Mirror
+from specbundle.mirror import Mirror, versions
 from specbundle.render import build_serve_command
+from specbundle.sign import sign_bundle
 from specbundle.transfer import export_bundle, import_bundle
+from specbundle.verify import verify_bundle
 from tests._engine import free_port
 from tests.audit.builders import pulled_bundle
 from tests.audit.conftest import Chain, build_chain, policy_for
@@ -42,7 +45,7 @@ from tests.images.conftest import ImageFactory
 pytestmark = pytest.mark.docker
 
 #: Small, CPU-friendly llama-server settings; p_min 0 so the tiny draft always proposes.
-ENGINE = {"draft_p_min": 0.0, "ctx_size": 512, "threads": 2, "n_gpu_layers": "0",
+ENGINE = {"draft_p_min": 0.0, "threads": 2, "n_gpu_layers": "0",
           "draft_n_gpu_layers": "0"}
 
 
@@ -99,11 +102,11 @@ def test_load_round_trip_recreates_the_exact_image(
     mirror, rec = _saved(tmp_path, images)
     docker_client.images.remove(rec.image_id, force=True)
     assert not _has_image(docker_client, rec.image_id)
-    (loaded,) = load_images(mirror, "pair", allow_unsigned=True)
+    (loaded,) = load_images(read_unsigned(mirror, "pair"))
     assert (loaded.image_id, loaded.was_present) == (rec.image_id, False)
     assert rec.reference in docker_client.images.get(rec.image_id).tags
     assert mirror.read_events()[-1]["data"]["image_id"] == rec.image_id
-    (again,) = load_images(mirror, "pair", allow_unsigned=True)
+    (again,) = load_images(read_unsigned(mirror, "pair"))
     assert again.was_present
 
 
@@ -123,7 +126,7 @@ def test_tampered_archive_is_refused_before_docker_load(
     docker_client.images.remove(rec.image_id, force=True)
     _tamper_layer(mirror.object_path(rec.archive_sha256))
     with pytest.raises(VerificationError, match="tampered"):
-        load_images(mirror, "pair", allow_unsigned=True)
+        load_images(read_unsigned(mirror, "pair"))
     assert not _has_image(docker_client, rec.image_id)
     assert all(e["type"] != "image-load" for e in mirror.read_events())
 
@@ -144,11 +147,11 @@ def test_swapped_archive_and_record_are_not_bound(
               "image_id": str(docker_client.images.get(other).id)}
     mirror.write_bundle_file("pair", image_record_path("llamacpp"), json.dumps(forged).encode())
     with pytest.raises(VerificationError, match="not bound"):
-        load_images(mirror, "pair", allow_unsigned=True)
+        load_images(read_unsigned(mirror, "pair"))
     forged_id = {**rec.to_json(), "image_id": "sha256:" + "1" * 64}
     mirror.write_bundle_file("pair", image_record_path("llamacpp"), json.dumps(forged_id).encode())
     with pytest.raises(VerificationError, match="not bound"):
-        load_images(mirror, "pair", allow_unsigned=True)
+        load_images(read_unsigned(mirror, "pair"))
 
 
 def test_archive_with_wrong_image_id_is_refused(tmp_path: Path, images: ImageFactory) -> None:
@@ -238,7 +241,7 @@ def test_llama_server_from_loaded_image_serves_the_mirror(
     chain, mirror = _transfer(tmp_path, images, llama_image)
     rec = read_image_records(mirror, "pair")["llamacpp"]
     docker_client.images.remove(rec.image_id, force=True)
-    (loaded,) = load_images(mirror, "pair", policy=chain.policy)
+    (loaded,) = load_images(verify_bundle(mirror, "pair", chain.policy))
     assert loaded.signed
     record = mirror.load_bundle("pair")
     figures = {}
@@ -274,15 +277,16 @@ def test_save_export_import_load_with_the_signed_index(
     chain, isolated = _transfer(tmp_path, images, images.tiny())
     rec = read_image_records(isolated, "pair")["llamacpp"]
     docker_client.images.remove(rec.image_id, force=True)
-    (loaded,) = load_images(isolated, "pair", policy=chain.policy)
+    (loaded,) = load_images(verify_bundle(isolated, "pair", chain.policy))
     assert (loaded.image_id, loaded.signed, loaded.was_present) == (rec.image_id, True, False)
     assert _has_image(docker_client, rec.image_id)
     # a key removed from the policy: the bundle no longer verifies, nothing is loaded
     with pytest.raises(VerificationError):
-        load_images(isolated, "pair", policy=policy_for({"other": chain.other}))
-    # the connected mirror was never imported: with a policy, its images cannot be proven
-    with pytest.raises(VerificationError, match="not imported through a signed transfer set"):
-        load_images(chain.mirror, "pair", policy=chain.policy)
+        load_images(verify_bundle(isolated, "pair", policy_for({"other": chain.other})))
+    # the images come from the signed version itself, not from a transfer index beside it:
+    # the connected mirror's signed version names the same record, so it loads there too
+    (same,) = load_images(verify_bundle(chain.mirror, "pair", chain.policy))
+    assert (same.image_id, same.signed, same.was_present) == (rec.image_id, True, True)
 
 
 def test_tampered_archive_after_import_is_refused(
@@ -293,7 +297,7 @@ def test_tampered_archive_after_import_is_refused(
     docker_client.images.remove(rec.image_id, force=True)
     _tamper_layer(isolated.object_path(rec.archive_sha256))
     with pytest.raises(VerificationError, match="tampered"):
-        load_images(isolated, "pair", policy=chain.policy)
+        load_images(verify_bundle(isolated, "pair", chain.policy))
     assert not _has_image(docker_client, rec.image_id)
 
 
@@ -339,3 +343,38 @@ def test_images_cli_save_ls_load(
     assert "tampered" in err
     code, _, err = run_cli(capsys, "images", "save", "pair", "--mirror", m, "--engine", "vllm")
     assert code == 2
+
+
+def test_a_superseded_image_record_or_index_copied_back_is_refused(
+    tmp_path: Path, images: ImageFactory, docker_client: docker.DockerClient
+) -> None:
+    """Issue 22 item 2: the image comes from the current signed version, never a side file."""
+    tag = images.tiny()
+    chain, isolated = _transfer(tmp_path, images, tag)
+    old_index = isolated.read_bundle_file("pair", "import/index.json")
+    old_record = isolated.read_bundle_file("pair", versions.version_rel(1, "images/llamacpp.json"))
+    assert old_index is not None and old_record is not None
+    # connected side: the tag now names another image; saved, signed as version 2, carried over
+    newer = images.tiny()
+    repo, name = tag.rsplit(":", 1)
+    assert docker_client.images.get(newer).tag(repo, name)
+    save_images(chain.mirror, "pair")
+    sign_bundle(chain.mirror, "pair", [chain.release])
+    export_bundle(chain.mirror, "pair", tmp_path / "transfer2", [chain.release])
+    import_bundle(tmp_path / "transfer2", isolated, chain.policy)
+    v = verify_bundle(isolated, "pair", chain.policy)
+    signed = v.image_record("llamacpp")
+    assert v.version == 2 and signed is not None
+    assert signed.image_id == str(docker_client.images.get(newer).id)
+    # the superseded index and record copied back beside the version: ignored
+    isolated.write_bundle_file("pair", "import/index.json", old_index)
+    isolated.write_bundle_file("pair", image_record_path("llamacpp"), old_record)
+    (loaded,) = load_images(v)
+    assert loaded.image_id == signed.image_id
+    # ... and into the signed version's own folder: refused, nothing loaded
+    docker_client.images.remove(signed.image_id, force=True)
+    isolated.write_bundle_file("pair", versions.version_rel(2, "images/llamacpp.json"),
+                               old_record)
+    with pytest.raises(VerificationError, match="differs from the one signed"):
+        load_images(v)
+    assert not _has_image(docker_client, signed.image_id)

@@ -37,7 +37,8 @@ def _render(capsys: pytest.CaptureFixture[str], mirror: Mirror, out: Path, repo:
             *extra: str) -> None:
     code, _, err = run_cli(capsys, "render", "pair", "--engine", "vllm", "--target",
                            "kubernetes", "--image", IMAGE, "--out", str(out), "--mirror",
-                           str(mirror.root), "--model-source", "oci", "--oci-repo", repo, *extra)
+                           str(mirror.root), "--model-source", "oci", "--oci-repo", repo, "--unsigned",
+                           *extra)
     assert code == 0, err
 
 
@@ -87,7 +88,7 @@ def test_init_container_variant_for_older_clusters_validates(
     code, _, err = run_cli(capsys, "render", "pair", "--engine", "vllm", "--target",
                            "kubernetes", "--image", IMAGE, "--mirror", str(mirror.root),
                            "--model-source", "oci", "--oci-repo", "r.internal/m/p",
-                           "--oci-init-container")
+                           "--oci-init-container", "--unsigned")
     assert code == 2 and "tool-image" in err
 
 

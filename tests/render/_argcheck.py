@@ -156,7 +156,9 @@ def check_sglang(argv: Sequence[str]) -> argparse.Namespace:
     ns = _parse(_parser("sglang", SGLANG_FLAGS, None), argv[3:])
     tree = (ns.speculative_num_steps, ns.speculative_eagle_topk,
             ns.speculative_num_draft_tokens)
-    if any(v is None for v in tree) and any(v is not None for v in tree):
+    # DFLASH's width is num_draft_tokens alone (SGLang forces steps = topk = 1)
+    if any(v is None for v in tree) and any(v is not None for v in tree) \
+            and ns.speculative_algorithm != "DFLASH":
         raise ArgCheckError("speculative tree parameters must be given all together or not")
     if ns.speculative_algorithm and ns.max_running_requests is None:
         raise ArgCheckError("speculation without --max-running-requests (silently 48)")

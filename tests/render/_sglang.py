@@ -52,3 +52,13 @@ def flags() -> dict[str, str]:
                           capture_output=True, text=True, timeout=600, check=True)
     out: dict[str, str] = json.loads(proc.stdout)
     return out
+
+
+def choices() -> dict[str, list[str]]:
+    """Every option string of SGLang's parser that has argparse choices -> the choices."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([str(PYTHON), str(MAIN), "--list-choices"], env=env,
+                          capture_output=True, text=True, timeout=600, check=True)
+    out: dict[str, list[str]] = json.loads(proc.stdout)
+    return out

@@ -2,7 +2,9 @@
 
 Reads a JSON list of argv lists (what follows ``python3 -m sglang.launch_server``) on stdin
 and prints one JSON result per argv: the resolved speculative fields, the warnings SGLang
-logged, or the error it raised. ``--device cpu`` is appended (this box has no GPU).
+logged, or the error it raised. ``--device cuda`` is appended (``SGLANG_ORACLE_DEVICE``
+overrides): resolution is what a GPU node decides (overlap scheduler, DFLASH, attention DP)
+and needs no GPU itself; only the CUDA kernels it never calls would.
 
 torchvision's PyPI wheel is built against CUDA torch and the venv has the CPU torch, so
 its ``_C`` kernels do not load; SGLang imports torchvision only for multimodal
@@ -13,9 +15,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 
-_KEEP = ("max_running_requests", "disable_overlap_schedule", "device", "enable_mixed_chunk")
+_KEEP = ("max_running_requests", "disable_overlap_schedule", "device", "enable_mixed_chunk",
+         "attn_dp_size", "dp_size", "enable_dp_lm_head")
 
 
 def _torchvision_on_cpu_torch() -> None:
@@ -67,6 +71,18 @@ def _flags() -> dict[str, str]:
     return out
 
 
+def _choices() -> dict[str, list[str]]:
+    """Option strings with argparse choices -> the choices, as text."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    return {s: [str(c) for c in a.choices] for a in parser._actions
+            if a.choices is not None for s in a.option_strings}
+
+
 def main() -> None:
     _torchvision_on_cpu_torch()
     import sglang
@@ -75,13 +91,17 @@ def main() -> None:
     if sys.argv[1:] == ["--list-flags"]:
         sys.stdout.write(json.dumps(_flags()))
         return
+    if sys.argv[1:] == ["--list-choices"]:
+        sys.stdout.write(json.dumps(_choices()))
+        return
 
     out = []
     for argv in json.loads(sys.stdin.read()):
         cap = _Capture()
         res: dict[str, object] = {"version": sglang.__version__}
         try:
-            sa = prepare_server_args([*argv, "--device", "cpu"])
+            device = os.environ.get("SGLANG_ORACLE_DEVICE", "cuda")
+            sa = prepare_server_args([*argv, "--device", device])
             root = logging.getLogger()
             root.addHandler(cap)
             try:

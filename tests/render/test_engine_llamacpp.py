@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from specbundle.bundle import read_unsigned
 from specbundle.mirror import Mirror
 from specbundle.pull import pull_bundle
 from specbundle.render import render_bundle
@@ -97,7 +98,7 @@ def rendered(module_tmp: Path, llama_server_bin: Path) -> Path:
     mirror = Mirror.open(root / "mirror", create=True)
     pull_bundle(spec, mirror)
     shutil.rmtree(root / "pair")  # the engine must serve from the mirror alone
-    res = render_bundle(mirror, "synth-pair", "llamacpp", "shell")
+    res = render_bundle(read_unsigned(mirror, "synth-pair"), "llamacpp", "shell")
     assert res.lint.ok
     return res.files[0]
 

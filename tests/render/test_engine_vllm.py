@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from specbundle.bundle import read_unsigned
 from specbundle.mirror import Mirror
 from specbundle.render import build_serve_command, lint_bundle
 from specbundle.render.argrules import VLLM_TABLE_VERSION
@@ -41,6 +42,13 @@ def _cases(m: VllmModels) -> dict[str, dict[str, Any]]:
         "ngram": vllm_doc("ng", m.target, None, method="ngram", k=3, speculative_extra=NGRAM),
         "schedule": vllm_doc("sched", m.target, m.eagle3, method="eagle3", k=3,
                              schedule=[[1, 1, 3], [2, 8, 1]]),
+        # ranges the config builder accepts; the scheduler's lookup refuses or rewrites them
+        "schedule-overlap": vllm_doc("schedov", m.target, m.eagle3, method="eagle3", k=3,
+                                     schedule=[[1, 4, 3], [3, 8, 1]]),
+        "schedule-gap": vllm_doc("schedgap", m.target, m.eagle3, method="eagle3", k=3,
+                                 schedule=[[1, 2, 3], [5, 8, 1]]),
+        "schedule-clamped": vllm_doc("schedcl", m.target, m.eagle3, method="eagle3", k=3,
+                                     schedule=[[1, 2, 5], [3, 8, 1]]),
         "mtp": vllm_doc("mtp", m.target, None, method="mtp", k=1),
         "dflash": vllm_doc("dfl", m.target, good, method="dflash", k=3),
         "medusa": vllm_doc("med", m.target, good, method="medusa", k=3),
@@ -130,11 +138,12 @@ def test_methods_this_pair_cannot_run_are_refused_in_the_engines_words(judged: J
 def test_lint_table_agrees_with_the_engine_on_every_flag_case(judged: Judged) -> None:
     """Cases decided by the command line alone: lint (table) and vLLM give the same verdict."""
     for case in ("draft_model", "draft_model-bad", "eagle3", "eagle", "ngram", "schedule",
+                 "schedule-overlap",
                  "per-request-metrics", "pipeline-parallel", "swap-space",
                  "no-disable-log-stats", "optimization-level", "tokenizer-mode-hf",
                  "kv-cache-dtype-new", "new-spec-keys", "unknown-spec-key", "medusa"):
         engine_ok = judged.verdict(case).ok and judged.verdict(case, "baseline").ok
-        report = lint_bundle(judged.mirror, judged.names[case], engine="vllm")
+        report = lint_bundle(read_unsigned(judged.mirror, judged.names[case]), engine="vllm")
         assert report.ok == engine_ok, (case, [str(f) for f in report.errors],
                                         judged.verdict(case).message,
                                         judged.verdict(case, "baseline").message)
@@ -169,3 +178,45 @@ def test_lint_engine_check_quotes_the_engine(judged: Judged, vllm_bin: Path,
     assert [f["where"] for f in found] == ["speculative arm: vllm serve"]
     assert judged.verdict("mtp").message.splitlines()[0][:60] in found[0]["message"]
     assert "vllm-engine-check" in doc["rules_run"]
+
+
+def test_overlapping_schedule_ranges_are_refused_where_the_scheduler_builds_its_lookup(
+        judged: Judged) -> None:
+    """0.32's config builder accepts overlapping ranges; its scheduler refuses them at start."""
+    v = judged.verdict("schedule-overlap")
+    assert not v.ok and v.stage == "scheduler", (v.stage, v.message)
+    assert "non-overlapping" in (v.message or "")
+    assert judged.verdict("schedule").resolved["speculative"]["schedule_in_force"] == [
+        [1, 1, 3], [2, 8, 1]]
+
+
+def test_every_rewrite_of_the_spec_is_reported(judged: Judged) -> None:
+    """Gaps carry the previous K, a K above num_speculative_tokens is clamped: both are
+    rewrites of what the spec says; an exact schedule is none."""
+    from specbundle.render.vllm_oracle import rewrites
+    from specbundle.spec import parse_spec
+
+    def found(case: str) -> list[str]:
+        spec = parse_spec(judged.mirror.load_bundle(judged.names[case]).spec)
+        return [f.message for f in rewrites(spec, judged.verdict(case))]
+
+    assert found("schedule") == []
+    (gap,) = found("schedule-gap")
+    assert "K=3 at batch size 3 where the spec says nothing" in gap
+    (clamped,) = found("schedule-clamped")
+    assert "K=3 at batch size 1 where the spec says 5" in clamped
+
+
+def test_async_scheduling_is_judged_as_a_gpu_node_decides_it(judged: Judged) -> None:
+    """The CPU platform forces async scheduling off; the general path (what CUDA keeps) turns
+    it on for EAGLE-3 and off for CPU n-gram, and the report names what is not reproduced."""
+    e3, ng = judged.verdict("eagle3").resolved, judged.verdict("ngram").resolved
+    assert e3["async_scheduling_here"] is False
+    assert e3["async_scheduling_gpu"] is True and ng["async_scheduling_gpu"] is False
+    assert any("cudagraph" in x for x in e3["not_reproduced"])
+    from specbundle.render.vllm_oracle import rewrites
+    from specbundle.spec import parse_spec
+
+    spec = parse_spec(judged.mirror.load_bundle(judged.names["ngram"]).spec)
+    assert any("async scheduling is off on a GPU node for method ngram" in f.message
+               for f in rewrites(spec, judged.verdict("ngram")))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from specbundle.bundle import read_unsigned
 from specbundle.mirror import Mirror
 from specbundle.render import TARGETS, render_bundle
 from specbundle.spec import EngineName
@@ -25,7 +26,7 @@ UPDATE = os.environ.get("SPECBUNDLE_UPDATE_GOLDENS") == "1"
 def test_manifest_matches_golden(mirror: Mirror, bundle: BundleFactory, engine: str,
                                  target: str) -> None:
     bundle()
-    res = render_bundle(mirror, "llama-pair", engine, target, image_digest=DIGEST)
+    res = render_bundle(read_unsigned(mirror, "llama-pair"), engine, target, image_digest=DIGEST)
     manifest = res.files[0]
     text = manifest.read_text().replace(str(mirror.root), GOLDEN_ROOT)
     golden = GOLDEN_DIR / engine / target / manifest.name

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from specbundle.bundle import read_unsigned
 from specbundle.errors import RenderError
 from specbundle.mirror import Mirror
 from specbundle.render import RULES, lint_bundle, lint_spec, render_bundle
@@ -133,6 +134,33 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
         {**LLAMA_ONLY, "engines.llamacpp.extra_args": ["--spec-draft-type-k", "q8_0"]}, {}),
     "metrics-disabled": (
         {**VLLM_ONLY, "engines.vllm.extra_args": ["--disable-log-stats"]}, VLLM_ONLY, {}),
+    "sglang-adaptive-steps": (
+        {**SGLANG_ONLY, **EAGLE3, "engines.sglang.speculative_adaptive": True,
+         "engines.sglang.speculative_num_steps": 4, "engines.sglang.speculative_eagle_topk": 1,
+         "engines.sglang.speculative_num_draft_tokens": 5},
+        {**SGLANG_ONLY, **EAGLE3, "engines.sglang.speculative_adaptive": True,
+         "engines.sglang.speculative_num_steps": 3, "engines.sglang.speculative_eagle_topk": 1,
+         "engines.sglang.speculative_num_draft_tokens": 4}, {}),
+    "sglang-dflash-width": (
+        {**SGLANG_ONLY, "speculative.method": "dflash"},
+        {**SGLANG_ONLY, "speculative.method": "dflash", "speculative.num_speculative_tokens": 15},
+        {"draft_config": {"dflash_config": {"block_size": 16}}}),
+    "sglang-flag-choice": (
+        {**SGLANG_ONLY, "engines.sglang.extra_args": ["--attention-backend", "flashattn"]},
+        {**SGLANG_ONLY, "engines.sglang.extra_args": ["--attention-backend", "fa3"]}, {}),
+    "llamacpp-slot-context": (
+        {**LLAMA_ONLY, "engines.llamacpp.parallel": None, "engines.llamacpp.ctx_size": 4096},
+        {**LLAMA_ONLY, "engines.llamacpp.parallel": None}, {}),
+    "image-cpu-build": (
+        {**LLAMA_ONLY, "engines.llamacpp.image": "ghcr.io/ggml-org/llama.cpp:server"},
+        LLAMA_ONLY, {"target": "compose", "allow_unpinned_image": True}),
+    "vllm-image-version": (
+        {**VLLM_ONLY, "engines.vllm.speculative_extra": {"use_heterogeneous_vocab": True},
+         "engines.vllm.image": "vllm/vllm-openai:v0.34.0"},
+        {**VLLM_ONLY, "engines.vllm.image": "vllm/vllm-openai:v0.34.0"}, {}),
+    "llamacpp-image-version": (
+        {**LLAMA_ONLY, "engines.llamacpp.image": "ghcr.io/ggml-org/llama.cpp:server-cuda"},
+        LLAMA_ONLY, {}),
 }
 
 
@@ -147,13 +175,13 @@ def test_every_rule_has_a_case() -> None:
 def test_model_files_missing(mirror: Mirror, bundle: BundleFactory) -> None:
     """Needs a pulled bundle (the rule reads the record's file list), so it is tested here."""
     bundle(**{"draft.gguf_file": "draft-q4.gguf"})
-    report = lint_bundle(mirror, "llama-pair")
+    report = lint_bundle(read_unsigned(mirror, "llama-pair"))
     hits = [(f.engine, f.where) for f in report.errors if f.rule == "model-files-missing"]
     assert hits == [("llamacpp", "draft: draft-q4.gguf")]
     with pytest.raises(RenderError, match="model-files-missing"):
-        render_bundle(mirror, "llama-pair", "llamacpp", "shell")
-    assert render_bundle(mirror, "llama-pair", "vllm", "shell").lint.ok
-    clean = lint_bundle(mirror, "llama-pair", engine="vllm")
+        render_bundle(read_unsigned(mirror, "llama-pair"), "llamacpp", "shell")
+    assert render_bundle(read_unsigned(mirror, "llama-pair"), "vllm", "shell").lint.ok
+    clean = lint_bundle(read_unsigned(mirror, "llama-pair"), engine="vllm")
     assert not [f for f in clean.findings if f.rule == "model-files-missing"]
 
 
@@ -201,29 +229,29 @@ def test_hub_reference_catches_urls_in_speculative_config(tmp_path: Path) -> Non
 def test_unpinned_image_blocks_container_render(mirror: Mirror, bundle: BundleFactory) -> None:
     bundle(**VLLM_ONLY)
     with pytest.raises(RenderError, match="image-unpinned") as err:
-        render_bundle(mirror, "llama-pair", "vllm", "kubernetes")
+        render_bundle(read_unsigned(mirror, "llama-pair"), "vllm", "kubernetes")
     assert err.value.exit_code == 2
     assert not (mirror.bundle_dir("llama-pair") / "render" / "vllm" / "kubernetes").exists()
-    ok = render_bundle(mirror, "llama-pair", "vllm", "kubernetes", allow_unpinned_image=True)
+    ok = render_bundle(read_unsigned(mirror, "llama-pair"), "vllm", "kubernetes", allow_unpinned_image=True)
     assert [f.rule for f in ok.lint.warnings] == ["image-unpinned"]
-    assert render_bundle(mirror, "llama-pair", "vllm", "shell").lint.ok
+    assert render_bundle(read_unsigned(mirror, "llama-pair"), "vllm", "shell").lint.ok
 
 
 def test_lint_errors_block_render(mirror: Mirror, bundle: BundleFactory) -> None:
     bundle(**{"engines.llamacpp.spec_type": "none"})
     with pytest.raises(RenderError, match="llamacpp-draft-without-spec-type"):
-        render_bundle(mirror, "llama-pair", "llamacpp", "shell")
+        render_bundle(read_unsigned(mirror, "llama-pair"), "llamacpp", "shell")
     assert not (mirror.bundle_dir("llama-pair") / "render" / "llamacpp").exists()
 
 
 def test_lint_bundle_reads_the_draft_config(mirror: Mirror, bundle: BundleFactory) -> None:
     bundle(draft_config=EAGLE3_DRAFT, **{**VLLM_ONLY, "speculative.method": "eagle"})
-    report = lint_bundle(mirror, "llama-pair")
+    report = lint_bundle(read_unsigned(mirror, "llama-pair"))
     assert [f.rule for f in report.errors] == ["eagle-given-eagle3-draft"]
 
 
 def test_lint_bundle_does_not_write_to_the_mirror(mirror: Mirror, bundle: BundleFactory) -> None:
     bundle()
     before = sorted(p.relative_to(mirror.root) for p in mirror.root.rglob("*"))
-    assert lint_bundle(mirror, "llama-pair", target="shell").ok
+    assert lint_bundle(read_unsigned(mirror, "llama-pair"), target="shell").ok
     assert sorted(p.relative_to(mirror.root) for p in mirror.root.rglob("*")) == before

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from specbundle.bundle import read_unsigned
 from specbundle.mirror import Mirror
 from specbundle.render import build_serve_command, lint_bundle
 from tests._engine import find_llama_server
@@ -51,14 +52,17 @@ def test_draft_mtp_renders_without_a_draft(mirror: Mirror, bundle: BundleFactory
     assert _value(argv, "--spec-type") == "draft-mtp"
     assert "--spec-draft-model" not in argv
     assert _value(argv, "--spec-draft-n-max") == "2"  # K, not llama.cpp's default 3
-    assert lint_bundle(mirror, "llama-pair").ok
+    # b11434's MTP drafter stops below p_min; its default 0.00 always fills the window
+    assert _value(argv, "--spec-draft-p-min") == "0.75"
+    assert lint_bundle(read_unsigned(mirror, "llama-pair")).ok
 
 
 @pytest.mark.parametrize(("spec_type", "flags"), [
     ("ngram-simple", {"--spec-ngram-simple-size-m": "5"}),
     ("ngram-map-k", {"--spec-ngram-map-k-size-m": "5"}),
     ("ngram-map-k4v", {"--spec-ngram-map-k4v-size-m": "5"}),
-    ("ngram-mod", {"--spec-ngram-mod-n-max": "5", "--spec-ngram-mod-n-min": "5"}),
+    # n_min below n_max (llama.cpp's 48/64 proportion): n_min = n_max drafts only full matches
+    ("ngram-mod", {"--spec-ngram-mod-n-max": "5", "--spec-ngram-mod-n-min": "3"}),
 ])
 def test_ngram_types_get_the_spec_k(mirror: Mirror, bundle: BundleFactory,
                                     help_text: str | None, spec_type: str,
@@ -68,14 +72,14 @@ def test_ngram_types_get_the_spec_k(mirror: Mirror, bundle: BundleFactory,
         "engines.llamacpp.spec_type": spec_type})
     check_llamacpp(argv, help_text)
     assert {f: _value(argv, f) for f in flags} == flags
-    report = lint_bundle(mirror, "llama-pair")
+    report = lint_bundle(read_unsigned(mirror, "llama-pair"))
     assert report.ok and not [f for f in report.warnings if "K" in f.message], report.findings
 
 
 def test_ngram_cache_warns_that_k_is_not_passed(mirror: Mirror, bundle: BundleFactory) -> None:
     bundle(**_NO_DRAFT, **{"speculative.method": "ngram",
                            "engines.llamacpp.spec_type": "ngram-cache"})
-    hits = [f for f in lint_bundle(mirror, "llama-pair").warnings
+    hits = [f for f in lint_bundle(read_unsigned(mirror, "llama-pair")).warnings
             if "ngram-cache has no draft-length flag" in f.message]
     assert len(hits) == 1
 
@@ -84,7 +88,7 @@ def test_a_draft_type_without_a_draft_is_still_an_error(mirror: Mirror,
                                                         bundle: BundleFactory) -> None:
     bundle(**_NO_DRAFT, **{"speculative.method": "ngram",
                            "engines.llamacpp.spec_type": "draft-simple"})
-    errors = [f.message for f in lint_bundle(mirror, "llama-pair").errors]
+    errors = [f.message for f in lint_bundle(read_unsigned(mirror, "llama-pair")).errors]
     assert any("needs a draft model" in m for m in errors), errors
 
 

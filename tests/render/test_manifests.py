@@ -22,6 +22,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from specbundle.bundle import read_unsigned
 from specbundle.errors import RenderError
 from specbundle.mirror import Mirror
 from specbundle.render import OFFLINE_ENV, ServeCommand, build_serve_command, render_bundle
@@ -36,7 +37,7 @@ OFFLINE = dict(OFFLINE_ENV)
 
 
 def _render(mirror: Mirror, engine: str, target: str, **kw: Any) -> Path:
-    return render_bundle(mirror, "llama-pair", engine, target, image_digest=DIGEST, **kw).files[0]
+    return render_bundle(read_unsigned(mirror, "llama-pair"), engine, target, image_digest=DIGEST, **kw).files[0]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -111,7 +112,7 @@ def test_systemd_unit_round_trips_and_verifies(mirror: Mirror, bundle: BundleFac
     lines = dict(ln.split("=", 1) for ln in text.splitlines() if ln.startswith("ExecStart="))
     cmd = build_serve_command(mirror.load_bundle("llama-pair"), engine, mirror=mirror)
     assert _systemd_argv(lines["ExecStart"]) == list(cmd.argv)
-    for key in ("IPAddressDeny=any", f"ReadOnlyPaths={mirror.root}", "NoNewPrivileges=yes",
+    for key in ("IPAddressDeny=any", f'ReadOnlyPaths="{mirror.root}"', "NoNewPrivileges=yes",
                 "ProtectSystem=strict"):
         assert key in text.splitlines()
     assert "PrivateNetwork=yes" not in text and "PrivateDevices=yes" not in text
@@ -192,24 +193,24 @@ def test_model_paths_are_neutral_aliases_of_the_snapshots(mirror: Mirror,
         assert cmd.draft_path.resolve() == snap.resolve()
         assert not any(rec.draft.repo in a for a in cmd.argv)
         assert not cmd.draft_path.readlink().is_absolute()  # survives a relocated mount
-    res = render_bundle(mirror, "llama-pair", "vllm", "shell")
+    res = render_bundle(read_unsigned(mirror, "llama-pair"), "vllm", "shell")
     assert res.lint.ok and not res.lint.findings
 
 
 def test_render_output_layout_and_atomic_replace(mirror: Mirror, bundle: BundleFactory,
                                                  tmp_path: Path) -> None:
     bundle()
-    first = render_bundle(mirror, "llama-pair", "llamacpp", "shell")
+    first = render_bundle(read_unsigned(mirror, "llama-pair"), "llamacpp", "shell")
     assert first.out_dir == mirror.bundle_dir("llama-pair") / "render" / "llamacpp" / "shell"
     assert [p.name for p in first.files] == ["serve.sh", "command.json", "lint.json"]
     doc = json.loads((first.out_dir / "command.json").read_text())
     assert doc["speculative"]["argv"] == list(first.command.argv)
     assert doc["baseline"]["argv"] == list(first.baseline.argv)
-    again = render_bundle(mirror, "llama-pair", "llamacpp", "shell")
+    again = render_bundle(read_unsigned(mirror, "llama-pair"), "llamacpp", "shell")
     assert again.files == first.files
     leftovers = [p.name for p in again.out_dir.parent.iterdir() if p.name.startswith(".")]
     assert leftovers == []
-    custom = render_bundle(mirror, "llama-pair", "llamacpp", "shell", tmp_path / "out")
+    custom = render_bundle(read_unsigned(mirror, "llama-pair"), "llamacpp", "shell", tmp_path / "out")
     assert custom.out_dir == (tmp_path / "out").resolve() and custom.files[0].is_file()
     events = [e for e in mirror.read_events() if e["type"] == "render"]
     assert len(events) == 3 and events[-1]["data"]["target"] == "shell"
@@ -227,19 +228,19 @@ def test_image_pinned_from_the_images_record(mirror: Mirror, bundle: BundleFacto
     bundle()
     pinned = "vllm/vllm-openai@sha256:" + "e" * 64
     mirror.write_bundle_file("llama-pair", "images/vllm.json", _image_record("vllm", pinned))
-    res = render_bundle(mirror, "llama-pair", "vllm", "compose")
+    res = render_bundle(read_unsigned(mirror, "llama-pair"), "vllm", "compose")
     assert res.command.image == pinned and res.lint.ok
     assert yaml.safe_load(res.files[0].read_text())["services"]["engine"]["image"] == pinned
     # An explicit digest wins over the record; a loaded image without a registry digest is
     # pinned by its image ID.
-    override = render_bundle(mirror, "llama-pair", "vllm", "compose", image_digest=DIGEST)
+    override = render_bundle(read_unsigned(mirror, "llama-pair"), "vllm", "compose", image_digest=DIGEST)
     assert override.command.image == "vllm/vllm-openai:v0.32.0@" + DIGEST
     mirror.write_bundle_file("llama-pair", "images/vllm.json", _image_record("vllm", None))
-    by_id = render_bundle(mirror, "llama-pair", "vllm", "compose")
+    by_id = render_bundle(read_unsigned(mirror, "llama-pair"), "vllm", "compose")
     assert by_id.command.image == "sha256:" + "c" * 64 and by_id.lint.ok
     mirror.write_bundle_file("llama-pair", "images/vllm.json", b"{not json")
     with pytest.raises(RenderError, match="image record"):
-        render_bundle(mirror, "llama-pair", "vllm", "compose")
+        render_bundle(read_unsigned(mirror, "llama-pair"), "vllm", "compose")
 
 
 def test_compose_escapes_interpolation(mirror: Mirror, bundle: BundleFactory) -> None:

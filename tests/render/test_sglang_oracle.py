@@ -1,8 +1,10 @@
 """Every rendered SGLang command, for each algorithm, through SGLang 0.5.23's own parser.
 
-``prepare_server_args`` + ``ServerArgs.resolve_once`` (``--device cpu``) run in
-``.venv-sglang``; what SGLang resolves (the tree in force, max running requests, silent
-fallbacks) is compared with what render emits and what lint says. Skips without the venv.
+``prepare_server_args`` + ``ServerArgs.resolve_once`` with ``--device cuda`` (what a GPU node
+resolves; no GPU is needed to resolve) run in ``.venv-sglang``; what SGLang resolves (the
+tree in force, adaptive, the overlap scheduler, attention DP, max running requests, silent
+fallbacks) is compared with the spec, what render emits and what lint says. Skips without
+the venv.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from specbundle.bundle import read_unsigned
 from specbundle.mirror import Mirror
 from specbundle.record import BundleRecord
 from specbundle.render import build_serve_command, lint_bundle
@@ -48,8 +51,28 @@ CASES: dict[str, tuple[dict[str, Any], bool]] = {
                                     "engines.sglang.speculative_adaptive": True,
                                     "engines.sglang.extra_args": ["--enable-multi-layer-eagle"]},
                                    True),
+    "eagle3-adaptive-tree4": ({"speculative.method": "eagle3",
+                               "engines.sglang.speculative_adaptive": True,
+                               "engines.sglang.speculative_num_steps": 4,
+                               "engines.sglang.speculative_eagle_topk": 1,
+                               "engines.sglang.speculative_num_draft_tokens": 5}, True),
+    "eagle3-adaptive-tree3": ({"speculative.method": "eagle3",
+                               "engines.sglang.speculative_adaptive": True,
+                               "engines.sglang.speculative_num_steps": 3,
+                               "engines.sglang.speculative_eagle_topk": 1,
+                               "engines.sglang.speculative_num_draft_tokens": 4}, True),
+    "mtp-adaptive": ({**_NO_DRAFT, "speculative.method": "mtp",
+                      "engines.sglang.speculative_adaptive": True}, True),
+    "eagle-adaptive-dp": ({"speculative.method": "eagle", "speculative.num_speculative_tokens": 2,
+                           "engines.sglang.speculative_adaptive": True,
+                           "engines.sglang.enable_dp_attention": True,
+                           "engines.sglang.dp_size": 2, "engines.sglang.tp_size": 2,
+                           "deployment.gpus": 2}, True),
     "ngram": ({**_NO_DRAFT, "speculative.method": "ngram"}, True),
     "dflash": ({"speculative.method": "dflash"}, True),
+    "dflash-dp": ({"speculative.method": "dflash", "engines.sglang.enable_dp_attention": True,
+                   "engines.sglang.dp_size": 2, "engines.sglang.tp_size": 2,
+                   "deployment.gpus": 2}, True),
     "cuda-graph-split": ({"engines.sglang.extra_args": ["--cuda-graph-max-bs-decode", "8"]},
                          True),
     "cuda-graph-old": ({"engines.sglang.extra_args": ["--cuda-graph-max-bs", "8"]}, True),
@@ -83,7 +106,7 @@ def verdicts(module_tmp: Path) -> dict[str, Any]:
         rec = _bundle(mirror, f"pair-{i}", changes)  # no method word in the path
         argvs[case] = build_serve_command(rec, "sglang", mirror=mirror,
                                           speculation=spec_arm).argv
-        lints[case] = lint_bundle(mirror, rec.name, engine="sglang")
+        lints[case] = lint_bundle(read_unsigned(mirror, rec.name), engine="sglang")
     got = resolve(list(argvs.values()))
     return {c: (argvs[c], lints[c], r) for c, r in zip(argvs, got, strict=True)}
 
@@ -127,10 +150,59 @@ def test_adaptive_resolves_and_its_silent_fallback_is_warned(verdicts: dict[str,
     assert "error" not in r, r.get("error")
     assert r["resolved"]["speculative_adaptive"] is True
     assert not any("speculative_adaptive disabled" in w for w in r["warnings"])
+    # lint says what runs instead of K=3: SGLang's starting steps among the candidates
+    assert _tree(r) == (3, 1, 4)
+    assert ("sglang-adaptive-steps", "warning") in _rules(lint)
     _, lint, r = verdicts["eagle3-adaptive-multilayer"]
     assert any("speculative_adaptive disabled" in w and "multi_layer" in w
                for w in r["warnings"]), r
     assert ("sglang-adaptive-disabled", "warning") in _rules(lint)
+
+
+def test_adaptive_with_an_explicit_tree_outside_the_candidates_is_refused_by_both(
+        verdicts: dict[str, Any]) -> None:
+    _, lint, r = verdicts["eagle3-adaptive-tree4"]
+    assert "--speculative-num-steps=4 is not in the adaptive config candidate_steps" \
+        in r.get("error", ""), r
+    assert ("sglang-adaptive-steps", "error") in _rules(lint)
+    _, lint, r = verdicts["eagle3-adaptive-tree3"]
+    assert "error" not in r, r.get("error")
+    assert r["resolved"]["speculative_adaptive"] is True and _tree(r) == (3, 1, 4)
+    assert lint.ok and not {x for x, _ in _rules(lint)} & {"sglang-adaptive-steps"}
+
+
+def test_mtp_with_adaptive_is_not_blocked(verdicts: dict[str, Any]) -> None:
+    """0.5.23 turns NEXTN into EAGLE before it checks adaptive."""
+    _, lint, r = verdicts["mtp-adaptive"]
+    assert "error" not in r, r.get("error")
+    assert r["resolved"]["speculative_algorithm"] == "EAGLE"
+    assert r["resolved"]["speculative_adaptive"] is True
+    assert lint.ok, lint.errors
+    assert "sglang-adaptive-unsupported" not in {x for x, _ in _rules(lint)}
+
+
+def test_where_adaptive_is_dropped_the_spec_chain_runs_not_sglangs_tree(
+        verdicts: dict[str, Any]) -> None:
+    """Without the pinned chain SGLang auto-chooses (5, 4, 8) for Llama under attention DP."""
+    for case, k in (("eagle-adaptive-dp", 2), ("eagle3-adaptive-multilayer", 3)):
+        _, lint, r = verdicts[case]
+        assert "error" not in r, (case, r.get("error"))
+        assert r["resolved"]["speculative_adaptive"] is False
+        assert _tree(r) == (k, 1, k + 1), case
+        msg = [f.message for f in lint.findings if f.rule == "sglang-adaptive-disabled"]
+        assert msg and f"({k} steps, topk 1" in msg[0], case
+    assert verdicts["eagle-adaptive-dp"][2]["resolved"]["attn_dp_size"] == 2
+
+
+def test_resolved_overlap_scheduler_matches_the_spec(verdicts: dict[str, Any]) -> None:
+    """On CUDA the overlap scheduler stays on with every rendered chain (the CPU path turned
+    it off, so the old oracle could not see this)."""
+    for case, (_, spec_arm) in CASES.items():
+        _, _, r = verdicts[case]
+        if "error" in r or not spec_arm:
+            continue
+        assert r["resolved"]["device"] == "cuda"
+        assert r["resolved"]["disable_overlap_schedule"] is False, case
 
 
 def test_ngram_forces_its_own_tree_and_lint_says_which(verdicts: dict[str, Any]) -> None:
@@ -141,13 +213,26 @@ def test_ngram_forces_its_own_tree_and_lint_says_which(verdicts: dict[str, Any])
     assert msg and "topk=10" in msg[0] and "12 draft tokens" in msg[0]
 
 
-def test_dflash_passes_parsing_and_stops_only_at_the_device(verdicts: dict[str, Any]) -> None:
-    """DFLASH is CUDA/NPU/XPU only: on this CPU box resolution stops at that gate."""
-    _, lint, r = verdicts["dflash"]
-    assert r.get("error", "").startswith(
-        "ValueError: DFLASH speculative decoding is not supported"), r
-    assert "device 'cpu'" in r["error"]
+def test_dflash_resolves_on_cuda_with_the_stated_width(verdicts: dict[str, Any]) -> None:
+    """DFLASH is CUDA/NPU/XPU only; on CUDA it resolves with the width render states (K+1),
+    not one taken silently from the draft's block size."""
+    argv, lint, r = verdicts["dflash"]
+    assert "error" not in r, r.get("error")
+    assert _tree(r) == (1, 1, 5)
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "5"
     assert lint.ok
+
+
+def test_dflash_with_attention_dp_is_allowed_with_the_dp_lm_head(
+        verdicts: dict[str, Any]) -> None:
+    argv, lint, r = verdicts["dflash-dp"]
+    assert "--enable-dp-lm-head" in argv
+    assert "error" not in r, r.get("error")
+    assert r["resolved"]["attn_dp_size"] == 2 and r["resolved"]["enable_dp_lm_head"] is True
+    assert lint.ok, lint.errors
+    no_head = [a for a in argv[3:] if a != "--enable-dp-lm-head"]
+    (refused,) = resolve([[*argv[:3], *no_head]])
+    assert "requires --enable-dp-lm-head" in refused.get("error", ""), refused
 
 
 def test_removed_flags_are_refused_by_sglang_and_by_lint(verdicts: dict[str, Any]) -> None:
@@ -173,7 +258,7 @@ def test_feature_table_row_matches_the_installed_release(verdicts: dict[str, Any
     assert '"sglang:num_retracted_requests_total"' in collector
     assert "error" not in verdicts["eagle3-adaptive"][2]  # adaptive: parsed and resolved
     assert "error" not in verdicts["cuda-graph-split"][2]  # the split flag exists
-    assert "DFLASH" in verdicts["dflash"][2]["error"]  # DFLASH is a known algorithm
+    assert verdicts["dflash"][2]["resolved"]["speculative_algorithm"] == "DFLASH"
 
 
 def test_transcribed_flag_table_is_a_subset_of_the_real_parser() -> None:
@@ -191,3 +276,18 @@ def test_transcribed_flag_table_is_a_subset_of_the_real_parser() -> None:
              if (r.kind == "bool") != (real[k] == "bool")
              or (real[k] in ("int", "float") and r.kind != real[k])}
     assert wrong == {}
+
+
+def test_transcribed_choices_and_negations_are_the_real_parsers() -> None:
+    """Flags with argparse choices carry exactly SGLang's choices; no ``--no-<flag>`` form is
+    accepted that 0.5.23 does not have (its booleans are store_true)."""
+    from specbundle.render.argrules import SGLANG_FLAGS, canonical_flag
+    from tests.render._sglang import choices, flags
+
+    real, real_choices = flags(), choices()
+    for k, r in SGLANG_FLAGS.items():
+        if k in real_choices:
+            assert r.kind == "choice" and list(r.choices) == real_choices[k], k
+        if r.kind == "bool":
+            negated = "--no-" + k[2:]
+            assert (canonical_flag(negated, SGLANG_FLAGS) is not None) == (negated in real), k

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from specbundle.bundle import read_unsigned
 from specbundle.mirror import Mirror
 from specbundle.render import build_serve_command, lint_bundle
 from specbundle.render.argrules import (
@@ -68,7 +69,7 @@ def test_per_request_metrics_reach_the_speculative_arm_only(mirror: Mirror,
     base = build_serve_command(rec, "vllm", mirror=mirror, speculation=False).args
     assert "--per-request-spec-decode-metrics" in spec and "summary" in spec
     assert "--per-request-spec-decode-metrics" not in base and "--enforce-eager" in base
-    assert lint_bundle(mirror, rec.name, engine="vllm").ok
+    assert lint_bundle(read_unsigned(mirror, rec.name), engine="vllm").ok
 
 
 @pytest.mark.parametrize(("extra", "rule"), [
@@ -79,7 +80,7 @@ def test_per_request_metrics_reach_the_speculative_arm_only(mirror: Mirror,
 def test_flags_vllm_refuses_are_lint_errors(mirror: Mirror, bundle: BundleFactory,
                                             extra: list[str], rule: str) -> None:
     rec = bundle(**VLLM_ONLY, **{"engines.vllm.extra_args": extra})
-    report = lint_bundle(mirror, rec.name, engine="vllm")
+    report = lint_bundle(read_unsigned(mirror, rec.name), engine="vllm")
     assert [f.rule for f in report.errors] == [rule]
     assert VLLM_TABLE_VERSION in report.errors[0].message
 
@@ -90,13 +91,13 @@ def test_flags_vllm_refuses_are_lint_errors(mirror: Mirror, bundle: BundleFactor
 def test_flags_vllm_accepts_pass_lint(mirror: Mirror, bundle: BundleFactory,
                                       extra: list[str]) -> None:
     rec = bundle(**VLLM_ONLY, **{"engines.vllm.extra_args": extra})
-    assert lint_bundle(mirror, rec.name, engine="vllm").ok
+    assert lint_bundle(read_unsigned(mirror, rec.name), engine="vllm").ok
 
 
 def test_pipeline_parallel_with_speculation_is_allowed(mirror: Mirror,
                                                        bundle: BundleFactory) -> None:
     rec = bundle(**VLLM_ONLY, **{"engines.vllm.pipeline_parallel_size": 2,
                                  "deployment.gpus": 2})
-    report = lint_bundle(mirror, rec.name, engine="vllm")
+    report = lint_bundle(read_unsigned(mirror, rec.name), engine="vllm")
     assert report.ok and not [f for f in report.findings
                               if f.rule == "pipeline-parallel-speculation"]

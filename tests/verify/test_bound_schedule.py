@@ -6,12 +6,14 @@ from pathlib import Path
 
 from specbundle import attest
 from specbundle.attest import Statement, append_attestation, artifact_subjects, sign_statement
+from specbundle.attest.mirrored import bundle_manifest
 from specbundle.attest.predicates import TUNE_SCHEDULE_V1
+from specbundle.bundle import read_unsigned
 from specbundle.digest import sha256_bytes
 from specbundle.mirror import Mirror
 from specbundle.render import render_bundle
-from specbundle.schedule import SCHEDULE_FILE, Tier, TunedSchedule, read_tuned
-from specbundle.sign import bundle_manifest, sign_bundle
+from specbundle.schedule import SCHEDULE_FILE, Tier, TunedSchedule
+from specbundle.sign import sign_bundle
 from specbundle.verify import load_policy, verify_bundle
 from tests.sign.helpers import policy_doc, pulled_bundle, write_policy, write_scan_report
 
@@ -44,7 +46,7 @@ def _setup(tmp_path: Path) -> tuple[Mirror, attest.SigningKey, attest.SigningKey
 
 def _k(tmp_path: Path, mirror: Mirror, policy: Path, out: str) -> list[str]:
     v = verify_bundle(mirror, "pair", load_policy(policy))
-    res = render_bundle(mirror, "pair", "vllm", "shell", tmp_path / out, verified=v)
+    res = render_bundle(v, "vllm", "shell", tmp_path / out)
     return list(res.command.args)
 
 
@@ -54,8 +56,8 @@ def test_a_schedule_signed_by_a_key_scoped_to_another_bundle_is_not_applied(
     _tune_statement(mirror, "pair", sched, other)
     v = verify_bundle(mirror, "pair", load_policy(policy))  # the envelope itself verifies
     assert v.tuned_schedules == frozenset()
-    assert read_tuned(mirror, "pair", "vllm", bound=v.tuned_schedules) is None
-    assert read_tuned(mirror, "pair", "vllm") is not None  # the unverified reading would
+    assert v.tuned_schedule("vllm") is None
+    assert read_unsigned(mirror, "pair").tuned_schedule("vllm") is not None  # unsigned would
     args = " ".join(_k(tmp_path, mirror, policy, "a")).replace(" ", "")
     assert '"num_speculative_tokens":3' not in args and '"schedule"' not in args
 
@@ -66,11 +68,29 @@ def test_a_schedule_signed_by_an_eligible_key_is_applied_and_only_as_signed(
     _tune_statement(mirror, "pair", sched, release)
     v = verify_bundle(mirror, "pair", load_policy(policy))
     assert v.tuned_schedules == frozenset({sha256_bytes(sched)})
-    tuned = read_tuned(mirror, "pair", "vllm", bound=v.tuned_schedules)
+    tuned = v.tuned_schedule("vllm")
     assert tuned is not None and tuned.max_k == 3
     args = " ".join(_k(tmp_path, mirror, policy, "b")).replace(" ", "")
     assert '"num_speculative_tokens":3' in args
     # swapped after verification: the new bytes are bound by nothing, so nothing is applied
     forged = TunedSchedule("vllm", "r1", 7, (Tier(1, 7, None),)).to_bytes()
     mirror.write_bundle_file("pair", SCHEDULE_FILE, forged)
-    assert read_tuned(mirror, "pair", "vllm", bound=v.tuned_schedules) is None
+    assert v.tuned_schedule("vllm") is None
+
+
+def test_a_superseded_signed_schedule_copied_back_is_not_applied(tmp_path: Path) -> None:
+    """Issue 22 item 2: only the latest eligible tune statement per engine binds its schedule."""
+    mirror, release, _other, policy, old = _setup(tmp_path)
+    _tune_statement(mirror, "pair", old, release)
+    new = TunedSchedule("vllm", "r2", 4, (Tier(1, 2, None), Tier(2, 1, None))).to_bytes()
+    mirror.write_bundle_file("pair", SCHEDULE_FILE, new)
+    _tune_statement(mirror, "pair", new, release)
+    v = verify_bundle(mirror, "pair", load_policy(policy))
+    assert v.tuned_schedules == frozenset({sha256_bytes(new)})
+    tuned = v.tuned_schedule("vllm")  # the benign twin: the latest schedule is in force
+    assert tuned is not None and tuned.max_k == 2
+    mirror.write_bundle_file("pair", SCHEDULE_FILE, old)  # the older, also signed, copied back
+    assert v.tuned_schedule("vllm") is None
+    assert verify_bundle(mirror, "pair", load_policy(policy)).tuned_schedule("vllm") is None
+    args = " ".join(_k(tmp_path, mirror, policy, "c")).replace(" ", "")
+    assert '"num_speculative_tokens":3' not in args

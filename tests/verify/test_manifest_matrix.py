@@ -71,8 +71,7 @@ def test_edited_bundle_json_never_reaches_render(signed: Signed) -> None:
     vb = verify_bundle(signed.mirror, "pair", signed.policy)
     assert vb.spec.speculative.num_speculative_tokens != 64
     assert vb.record.spec["speculative"]["num_speculative_tokens"] != 64
-    res = render_bundle(signed.mirror, "pair", "vllm", "shell", signed.tmp / "out",
-                        record=vb.record)
+    res = render_bundle(vb, "vllm", "shell", signed.tmp / "out")
     assert "64" not in json.dumps(res.command.to_json())
 
 

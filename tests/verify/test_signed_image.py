@@ -9,6 +9,8 @@ import pytest
 import yaml
 
 from specbundle import attest
+from specbundle.bundle import read_unsigned
+from specbundle.digest import sha256_bytes
 from specbundle.errors import VerificationError
 from specbundle.mirror import Mirror, versions
 from specbundle.render import render_bundle
@@ -45,12 +47,12 @@ def test_a_swapped_unsigned_image_record_is_not_rendered(tmp_path: Path) -> None
     v = verify_bundle(mirror, "pair", load_policy(policy))
     # after verification, someone with write access to the mirror swaps the bundle-level copy
     mirror.write_bundle_file("pair", "images/vllm.json", _record(SWAPPED))
-    res = render_bundle(mirror, "pair", "vllm", "compose", tmp_path / "out", verified=v)
-    assert res.command.image == SIGNED
+    res = render_bundle(v, "vllm", "compose", tmp_path / "out")
+    assert res.command.image == SIGNED and res.custody["signed"] is True
     assert yaml.safe_load(res.files[0].read_text())["services"]["engine"]["image"] == SIGNED
     # the connected side, without a verified manifest, reads the mirror's copy
-    unsigned = render_bundle(mirror, "pair", "vllm", "compose", tmp_path / "out2")
-    assert unsigned.command.image == SWAPPED
+    unsigned = render_bundle(read_unsigned(mirror, "pair"), "vllm", "compose", tmp_path / "out2")
+    assert unsigned.command.image == SWAPPED and unsigned.custody["signed"] is False
 
 
 def test_a_signed_image_record_changed_after_verification_fails_closed(tmp_path: Path) -> None:
@@ -61,7 +63,7 @@ def test_a_signed_image_record_changed_after_verification_fails_closed(tmp_path:
     rel = versions.version_rel(v.manifest.version, "images/vllm.json")
     mirror.write_bundle_file("pair", rel, _record(SWAPPED))
     with pytest.raises(VerificationError, match="differs from the one signed"):
-        render_bundle(mirror, "pair", "vllm", "compose", tmp_path / "out", verified=v)
+        render_bundle(v, "vllm", "compose", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -84,7 +86,6 @@ def test_the_cli_renders_the_signed_image(tmp_path: Path,
 
 def test_the_docker_bench_runs_the_signed_image(tmp_path: Path) -> None:
     from specbundle.bench.api import BenchOptions, _Manifest
-    from specbundle.spec import parse_spec
     from specbundle.verify import load_policy
 
     mirror, policy = _signed_with_image(tmp_path)
@@ -92,21 +93,20 @@ def test_the_docker_bench_runs_the_signed_image(tmp_path: Path) -> None:
     swapped = json.loads(_record(SWAPPED))
     swapped["image_id"] = "sha256:" + "9" * 64
     mirror.write_bundle_file("pair", "images/vllm.json", json.dumps(swapped).encode())
-    spec = parse_spec(v.record.spec, file="test")
     log = tmp_path / "logs"
     log.mkdir()
-    man = _Manifest(mirror, v.record, spec, "vllm", BenchOptions(runtime="docker"), log, v)
+    man = _Manifest(v, "vllm", BenchOptions(runtime="docker"), log)
     assert man.image.image_id == "sha256:" + "c" * 64
     assert man.image.repo_digest == SIGNED
     # no verified manifest (connected side): the bundle-level record
-    plain = _Manifest(mirror, v.record, spec, "vllm", BenchOptions(runtime="docker"), log)
+    plain = _Manifest(read_unsigned(mirror, "pair"), "vllm", BenchOptions(runtime="docker"), log)
     assert plain.image.image_id == "sha256:" + "9" * 64
 
 
 def test_a_signed_image_record_with_duplicate_keys_is_refused(tmp_path: Path) -> None:
     """Signed bytes are still parsed strictly: readers disagree on which duplicate wins."""
+
     from specbundle.errors import RenderError
-    from specbundle.images.record import read_image_records
     from specbundle.verify import load_policy
 
     mirror = Mirror.open(tmp_path / "mirror", create=True)
@@ -119,7 +119,47 @@ def test_a_signed_image_record_with_duplicate_keys_is_refused(tmp_path: Path) ->
     policy = write_policy(tmp_path / "trust.yaml", policy_doc({"release": key}))
     v = verify_bundle(mirror, "pair", load_policy(policy))
     with pytest.raises(RenderError, match="duplicate"):
-        render_bundle(mirror, "pair", "vllm", "compose", tmp_path / "out", verified=v)
+        render_bundle(v, "vllm", "compose", tmp_path / "out")
     with pytest.raises(VerificationError, match="duplicate"):
-        read_image_records(mirror, "pair", signed_version=v.manifest.version,
-                           signed_digests=v.manifest.images)
+        v.image_records()
+
+
+def test_a_side_index_and_record_never_vouch_for_an_image(tmp_path: Path) -> None:
+    """Issue 22 item 2: a transfer index signed by a revoked policy key, with its own record,
+    planted beside the signed version, vouches for nothing: load takes the signed record."""
+    from specbundle._fsutil import canonical_json
+    from specbundle.attest import sign_statement
+    from specbundle.image_record import ImageRecord
+    from specbundle.images import check_image, vouched_digests
+    from specbundle.transfer.index import Part, TransferIndex
+    from specbundle.verify import load_policy
+
+    mirror, policy_path = _signed_with_image(tmp_path)
+    stolen = attest.generate_key("ecdsa-p256")  # in the policy, and revoked there
+    doc = yaml.safe_load(policy_path.read_text())
+    doc["keys"].append({**doc["keys"][0], "name": "stolen", "fingerprint": stolen.fingerprint,
+                        "public_key": stolen.public.pem.decode()})
+    doc["revoked"] = [{"fingerprint": stolen.fingerprint, "reason": "laptop stolen"}]
+    policy_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    v = verify_bundle(mirror, "pair", load_policy(policy_path))
+    evil = json.loads(_record(SWAPPED))
+    evil.update(archive_sha256="a" * 64, image_id="sha256:" + "b" * 64)
+    evil_bytes = json.dumps(evil).encode()
+    idx = TransferIndex("pair", 9, "2026-01-01T00:00:00Z", (
+        Part("bundle/images/vllm.json", len(evil_bytes), sha256_bytes(evil_bytes)),
+        Part(f"objects/{'a' * 64}", 1, "a" * 64)))
+    env = sign_statement(idx.statement(v.subjects()), [stolen])
+    mirror.write_bundle_file("pair", "import/index.json", canonical_json(env.to_json()))
+    mirror.write_bundle_file("pair", "images/vllm.json", evil_bytes)
+    vouched = vouched_digests(v)
+    assert vouched.signed and "a" * 64 not in vouched.digests
+    assert vouched.digests == {v.manifest.images["vllm"], "d" * 64}
+    rec = v.image_record("vllm")
+    assert rec is not None and rec.image_id == "sha256:" + "c" * 64
+    with (tmp_path / "blob").open("w+b") as fh, \
+            pytest.raises(VerificationError, match="not bound to the signed version 1"):
+        check_image(ImageRecord.from_json(evil), evil_bytes, vouched, fh)
+    # the benign twin: the unsigned reading (connected side) would take the planted record
+    from specbundle.bundle import read_unsigned
+
+    assert read_unsigned(mirror, "pair").image_record("vllm") == ImageRecord.from_json(evil)

@@ -144,15 +144,15 @@ def test_interrupted_import_resumes(signed: Signed, tmp_path: Path) -> None:
     calls: list[int] = []
     res = import_bundle(tmp_path / "t", dest, signed.policy, progress=calls.append)
     assert res.status == "imported" and dest.bundle_names() == [signed.record.name]
-    assert res.verified is not None
-    rep = res.verified.report
+    assert res.verification is not None
+    rep = res.verification
     # the rerun did not copy what was already staged, but verify re-hashed it (once)
     assert 0 < rep.bytes_hashed_on_write < rep.bytes_checked
     full: list[int] = []
     fresh = import_bundle(tmp_path / "t", Mirror.open(tmp_path / "fresh", create=True),
                           signed.policy, progress=full.append)
-    assert fresh.verified is not None
-    assert fresh.verified.report.bytes_hashed_on_write == fresh.verified.report.bytes_checked
+    assert fresh.verification is not None
+    assert fresh.verification.bytes_hashed_on_write == fresh.verification.bytes_checked
     parts = read_index(tmp_path / "t", signed.policy)[0].parts
     assert sum(full) == sum(p.size for p in parts)  # a fresh import reads each byte once
     assert sum(calls) <= sum(full)  # and so does a resumed one

@@ -23,20 +23,20 @@ from specbundle.attest import (
     Statement,
     Subject,
     append_attestation,
-    artifact_subjects,
     read_attestations,
     sign_statement,
 )
+from specbundle.attest.mirrored import claimed_subjects
 from specbundle.bench import BenchOptions, BenchReport, run_bench
 from specbundle.bench.runner import Progress
 from specbundle.digest import sha256_bytes
 from specbundle.errors import AdmissionRejected, MirrorError, SpecbundleError, UsageError
 from specbundle.mirror import Mirror, utc_now
-from specbundle.sign import bundle_manifest
 from specbundle.strict import MalformedDocument, loads_json
 from specbundle.verify import TrustPolicy, VerifiedBundle, verify_bundle
 
-__all__ = ["STATUS_FILE", "VERIFIER_ID", "Decision", "Rejected", "admit_bundle", "read_status"]
+__all__ = ["STATUS_FILE", "VERIFIER_ID", "Decision", "Rejected", "admit_bundle", "read_status",
+           "reject_unverified"]
 
 VERIFIER_ID = "https://specbundle.dev/admit"
 STATUS_FILE = "admit/status.json"
@@ -88,23 +88,6 @@ class Rejected(AdmissionRejected):
         self.decision = decision
 
 
-def _subjects(mirror: Mirror, name: str, verified: VerifiedBundle | None) -> list[Any]:
-    """The verified version's subjects (manifest digest first); a bundle that failed
-    verification is named by what its record claims, for the FAILED decision only."""
-    if verified is not None:
-        out: list[Any] = [Subject(f"specbundle:bundle/{name}/manifest",
-                                  {"sha256": verified.manifest_digest})]
-        for art in verified.record.artifacts:
-            out += list(artifact_subjects(art.repo, verified.roots[art.role], art.commit,
-                                          art.commit_kind))
-        return out
-    out = []
-    for art in mirror.load_bundle(name).artifacts:
-        root = bundle_manifest(mirror, art).root_digest
-        out += list(artifact_subjects(art.repo, root, art.commit, art.commit_kind))
-    return out
-
-
 def _inputs(mirror: Mirror, name: str) -> list[dict[str, Any]]:
     envs = read_attestations(mirror, name, problems=[])
     return [{"uri": f"specbundle:bundle/{name}/attestations.jsonl#{i}",
@@ -129,15 +112,25 @@ def _figures(report: BenchReport) -> dict[str, str]:
     return {k: format(v, ".6g") for k, v in vals.items() if v is not None}
 
 
-def _sign(mirror: Mirror, name: str, keys: Sequence[SigningKey], policy: TrustPolicy,
-          verified: VerifiedBundle | None, report: BenchReport | None, gate: GateResult,
-          reasons: tuple[str, ...]) -> Decision:
+@dataclass(frozen=True)
+class _Judged:
+    """What the decision names: the verified version, or what a refused record claims."""
+
+    mirror: Mirror
+    name: str
+    subjects: list[Subject]
+    manifest_sha256: str | None = None
+    version: int | None = None
+
+
+def _sign(judged: _Judged, keys: Sequence[SigningKey], policy: TrustPolicy,
+          report: BenchReport | None, gate: GateResult, reasons: tuple[str, ...]) -> Decision:
     now = utc_now()
+    mirror, name, subjects = judged.mirror, judged.name, judged.subjects
     result: Literal["PASSED", "FAILED"] = "PASSED" if not reasons else "FAILED"
     outcome: Literal["admitted", "rejected", "inconclusive"] = (
         "admitted" if not reasons else "inconclusive"
         if gate.inconclusive and len(reasons) == len(gate.reasons) else "rejected")
-    subjects = _subjects(mirror, name, verified)
     digest = sha256_bytes(report.to_bytes()) if report else None
     run_uri = f"specbundle:bundle/{name}/bench/{report.run_id}/report.json" if report else None
     with mirror.lock():
@@ -160,8 +153,8 @@ def _sign(mirror: Mirror, name: str, keys: Sequence[SigningKey], policy: TrustPo
             "inputAttestations": inputs, "verificationResult": result,
             "verifiedLevels": ["SLSA_BUILD_LEVEL_UNEVALUATED"],
             "specbundle": {"reasons": list(reasons), "outcome": outcome,
-                           "manifestSha256": verified.manifest_digest if verified else None,
-                           "version": verified.version if verified else None,
+                           "manifestSha256": judged.manifest_sha256,
+                           "version": judged.version,
                            "criteria": [{"name": c.name, "passed": c.passed,
                                          "measured": c.measured, "threshold": c.threshold}
                                         for c in gate.criteria]},
@@ -169,7 +162,7 @@ def _sign(mirror: Mirror, name: str, keys: Sequence[SigningKey], policy: TrustPo
         vsa_line = append_attestation(mirror, name, sign_statement(vsa, keys))
         status = {"bundle": name, "admitted": result == "PASSED", "result": result,
                   "outcome": outcome,
-                  "manifest_sha256": verified.manifest_digest if verified else None,
+                  "manifest_sha256": judged.manifest_sha256,
                   "time": now, "vsa_line": vsa_line, "policy_sha256": policy.digest,
                   "bench_run_id": report.run_id if report else None,
                   "bench_report_sha256": digest}
@@ -177,18 +170,21 @@ def _sign(mirror: Mirror, name: str, keys: Sequence[SigningKey], policy: TrustPo
         mirror.append_event("admission", name, {
             "result": result, "outcome": outcome, "reasons": list(reasons),
             "vsa_line": vsa_line,
-            "manifest_sha256": verified.manifest_digest if verified else None,
+            "manifest_sha256": judged.manifest_sha256,
             "bench_run_id": status["bench_run_id"], "bench_report_sha256": digest})
     return Decision(name, result, reasons, gate.criteria, now, policy.digest,
                     report.run_id if report else None, digest, vsa_line,
                     tuple(k.fingerprint for k in keys), outcome)
 
 
-def admit_bundle(mirror: Mirror, name: str, *, policy: TrustPolicy, keys: Sequence[SigningKey],
+def admit_bundle(bundle: VerifiedBundle, *, keys: Sequence[SigningKey],
                  engine: str = "llamacpp", bench_options: BenchOptions | None = None,
                  progress: Progress | None = None,
                  on_stage: Callable[[str], None] | None = None) -> Decision:
-    """Verify, bench and gate bundle ``name``; sign the decision; raise if rejected.
+    """Bench and gate a verified bundle version; sign the decision; raise if rejected.
+
+    The thresholds are the signed spec's; after the benchmark the bundle is verified again
+    under the same policy and must still be the very version benchmarked.
 
     Raises:
         Rejected: (an :class:`AdmissionRejected`, exit 5) with every reason; the FAILED
@@ -197,41 +193,45 @@ def admit_bundle(mirror: Mirror, name: str, *, policy: TrustPolicy, keys: Sequen
     """
     if not keys:
         raise UsageError("no signing key given", hint="pass --key KEY.pem")
-    mirror.load_bundle(name)  # BundleNotFound (exit 2) before any stage runs or is reported
     stage = on_stage or (lambda _s: None)
+    mirror, name, policy = bundle.mirror, bundle.name, bundle.policy
     reasons: list[str] = []
-    verified: VerifiedBundle | None = None
     report: BenchReport | None = None
     gate = GateResult(())
-    stage("verify")
+    stage("bench")
     try:
-        verified = verify_bundle(mirror, name, policy)
+        report = run_bench(bundle, engine=engine, options=bench_options, progress=progress)
     except SpecbundleError as err:
-        reasons.append(f"verification: {err.message}")
-    if verified is not None:
-        stage("bench")
-        try:
-            report = run_bench(mirror, name, engine=engine, options=bench_options,
-                               progress=progress, verified=verified)
-        except SpecbundleError as err:
-            reasons.append(f"bench: could not measure: {err.message}")
-    if report is not None and verified is not None:
+        reasons.append(f"bench: could not measure: {err.message}")
+    if report is not None:
         stage("gate")
-        gate = evaluate(report, verified.spec.admission)  # thresholds from the signed manifest
+        gate = evaluate(report, bundle.spec.admission)  # thresholds from the signed manifest
         reasons += gate.reasons
         # The bundle must still be the very version benchmarked (nothing swapped meanwhile).
         try:
             again = verify_bundle(mirror, name, policy)
-            if again.manifest_digest != verified.manifest_digest:
+            if again.manifest_digest != bundle.manifest_digest:
                 reasons.append("verification: the bundle changed to another version during "
                                "the benchmark")
         except SpecbundleError as err:
             reasons.append(f"verification after the benchmark: {err.message}")
     stage("sign")
-    decision = _sign(mirror, name, keys, policy, verified, report, gate, tuple(reasons))
+    judged = _Judged(mirror, name, bundle.subjects(), bundle.manifest_digest, bundle.version)
+    decision = _sign(judged, keys, policy, report, gate, tuple(reasons))
     if not decision.admitted:
         raise Rejected(decision)
     return decision
+
+
+def reject_unverified(mirror: Mirror, name: str, failure: SpecbundleError, *,
+                      policy: TrustPolicy, keys: Sequence[SigningKey]) -> Rejected:
+    """Sign and log the FAILED decision for a bundle that did not verify; returns the
+    :class:`Rejected` to raise. The decision names the artifacts as the record claims them."""
+    if not keys:
+        raise UsageError("no signing key given", hint="pass --key KEY.pem")
+    judged = _Judged(mirror, name, claimed_subjects(mirror, mirror.load_bundle(name)))
+    return Rejected(_sign(judged, keys, policy, None, GateResult(()),
+                          (f"verification: {failure.message}",)))
 
 
 def read_status(mirror: Mirror, name: str) -> dict[str, Any] | None:

@@ -27,7 +27,7 @@ from specbundle.record import BundleRecord
 from specbundle.strict import MalformedDocument, loads_json
 
 __all__ = ["BUNDLE_MANIFEST_V1", "BundleManifest", "build_manifest", "parse_manifest",
-           "parse_manifest_unverified"]
+           "parse_manifest_unverified", "spec_sha256"]
 
 BUNDLE_MANIFEST_V1 = f"{SPECBUNDLE_URI}/attestation/bundle-manifest/v1"
 
@@ -45,6 +45,8 @@ class BundleManifest:
     images: Mapping[str, str]
     digest: str
     time: str
+    #: sha256 of the signed spec text: what approval statements name to bind the spec
+    spec_sha256: str = ""
 
     @property
     def repos(self) -> tuple[str, ...]:
@@ -56,6 +58,11 @@ def _spec_text(spec: Mapping[str, Any]) -> str:
     # JSON text keeps floats exact and the statement itself float-free (canonical JSON).
     return json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False)
+
+
+def spec_sha256(spec: Mapping[str, Any]) -> str:
+    """The digest of a spec as a manifest signs it (its canonical JSON text)."""
+    return sha256_bytes(_spec_text(spec).encode())
 
 
 def build_manifest(
@@ -117,7 +124,8 @@ def parse_manifest(st: Statement, payload: bytes) -> BundleManifest:
         if prev is not None:
             ids.check_digest(prev)
         return BundleManifest(rec.name, version, prev, rec, roots, scan_sha, images,
-                              sha256_bytes(payload), str(p.get("timeCreated", "")))
+                              sha256_bytes(payload), str(p.get("timeCreated", "")),
+                              sha256_bytes(str(p["spec"]).encode()))
     except (KeyError, TypeError, ValueError, MalformedDocument, AttributeError,
             MirrorError) as err:
         what = f"missing field {err}" if isinstance(err, KeyError) else str(err)

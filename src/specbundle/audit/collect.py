@@ -23,6 +23,7 @@ from specbundle.attest import (
     open_model_sig,
     read_attestations,
 )
+from specbundle.attest.mirrored import bundle_manifest
 from specbundle.audit.model import (
     ArtifactAudit,
     AttestationAudit,
@@ -37,7 +38,6 @@ from specbundle.mirror import Mirror, versions
 from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.record import ArtifactRecord, BundleRecord
 from specbundle.scan.findings import ScanReport
-from specbundle.sign import bundle_manifest
 from specbundle.strict import loads_json, loads_yaml, read_bounded
 from specbundle.verify.policy import TrustPolicy
 

@@ -16,7 +16,7 @@ from specbundle.audit.model import AttestationAudit, BenchAudit, ImageAudit, Lin
 from specbundle.bench.report import BenchReport
 from specbundle.digest import hash_file, sha256_bytes
 from specbundle.errors import SpecbundleError
-from specbundle.images import read_image_records
+from specbundle.image_record import read_image_records
 from specbundle.mirror import Mirror, model_dir_name
 from specbundle.record import BundleRecord
 from specbundle.render.paths import model_aliases

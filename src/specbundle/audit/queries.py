@@ -15,14 +15,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from specbundle.attest import SLSA_VSA_V1, check_statement, read_attestations
+from specbundle.attest.mirrored import bundle_manifest
 from specbundle.audit.collect import own_manifests
 from specbundle.audit.model import Link
 from specbundle.audit.revocation import revoked_keys
 from specbundle.audit.trail import audit_bundle
 from specbundle.errors import SpecbundleError, UsageError, VerificationError
-from specbundle.images import read_image_records
+from specbundle.image_record import read_image_records
 from specbundle.mirror import Mirror, versions
-from specbundle.sign import bundle_manifest
 from specbundle.verify.policy import TrustedKey, TrustPolicy
 
 __all__ = [

@@ -23,7 +23,7 @@ from specbundle.audit.revocation import Revocation, revoked_keys
 from specbundle.errors import BundleNotFound
 from specbundle.mirror import Mirror, utc_now
 from specbundle.record import BundleRecord
-from specbundle.verify import BundleVerificationFailed, VerifiedBundle, verify_bundle
+from specbundle.verify import BundleVerificationFailed, verify_bundle
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = ["apply_revocations", "audit", "audit_bundle", "resolve_subject"]
@@ -96,28 +96,32 @@ def apply_revocations(
 
 
 def _verifier_link(mirror: Mirror, name: str, policy: TrustPolicy | None,
-                   revoked: Mapping[str, Revocation]) -> tuple[Link, VerifiedBundle | None]:
-    """The one verifier's verdict on the current version (audit keeps no rules of its own)."""
+                   revoked: Mapping[str, Revocation]
+                   ) -> tuple[Link, tuple[BundleRecord, str] | tuple[()]]:
+    """The one verifier's verdict on the current version (audit keeps no rules of its own),
+    with the signed record and manifest digest of the version it passed (empty if none)."""
     if policy is None:
-        return Link("signed manifest", "unverified", "no trust policy given (--trust)"), None
+        return Link("signed manifest", "unverified", "no trust policy given (--trust)"), ()
     try:
         vb = verify_bundle(mirror, name, policy, revoked={fp: r.detail
                                                           for fp, r in revoked.items()})
     except BundleVerificationFailed as err:
         return Link("signed manifest", "failed", "; ".join(
-            str(p) for p in err.report.problems)), None
+            str(p) for p in err.report.problems)), ()
     return Link("signed manifest", "ok", f"version {vb.version}, manifest "
-                f"{vb.manifest_digest[:16]}…, verified by the same verifier as import/admit"), vb
+                f"{vb.manifest_digest[:16]}…, verified by the same verifier as import/admit"), \
+        (vb.record, vb.manifest_digest)
 
 
-def bind_admissions(atts: Sequence[AttestationAudit], vb: VerifiedBundle | None,
+def bind_admissions(atts: Sequence[AttestationAudit], verified_manifest: str | None,
                     own: Mapping[str, int]) -> tuple[AttestationAudit, ...]:
-    """An admission counts only for the manifest it names (item: admission replay)."""
+    """An admission counts only for the manifest it names (item: admission replay);
+    ``verified_manifest``: the digest of the version the verifier passed, if any."""
     out = []
     for a in atts:
         if a.predicate_type == SLSA_VSA_V1 and a.link.status == "ok":
             digest = a.summary.get("manifest_sha256")
-            if vb is not None and digest == vb.manifest_digest:
+            if verified_manifest is not None and digest == verified_manifest:
                 pass
             elif isinstance(digest, str) and digest in own:
                 a = replace(a, link=Link(a.link.name, "ok", f"for superseded version "
@@ -144,14 +148,14 @@ def audit_bundle(
         revoked = revoked_keys(mirror, policy.public_keys if policy else ())
     # The verifier re-hashes every byte; only when it fails does the audit hash again, to
     # name each damaged file (one read of the data for an intact bundle).
-    verifier, vb = _verifier_link(mirror, name, policy, revoked)
-    rec = vb.record if vb is not None else rec  # the signed record, once it verified
-    arts = tuple(artifact_audit(mirror, rec, a, policy, rehash=rehash and vb is None,
-                                proven=vb is not None) for a in rec.artifacts)
+    verifier, passed = _verifier_link(mirror, name, policy, revoked)
+    rec = passed[0] if passed else rec  # the signed record, once it verified
+    arts = tuple(artifact_audit(mirror, rec, a, policy, rehash=rehash and not passed,
+                                proven=bool(passed)) for a in rec.artifacts)
     roots = {a.role: a.oms_root for a in arts if a.oms_root}
     atts, preds, log_problems = attestation_audits(mirror, rec, roots, policy)
     arts, atts = apply_revocations(arts, atts, revoked, policy)
-    atts = bind_admissions(atts, vb, own_manifests(mirror, name))
+    atts = bind_admissions(atts, passed[1] if passed else None, own_manifests(mirror, name))
     scan = scan_audit(mirror, rec, atts)
     bench = bench_audits(mirror, rec, atts, preds)
     images = image_audits(mirror, rec, rehash=rehash)

@@ -10,8 +10,9 @@ the measured requests' ``meta_info`` summed (:mod:`specbundle.bench.sglang_meta`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from specbundle.bench import checks, costmodel, stats
 from specbundle.bench.client import LevelRun, RequestResult
@@ -25,6 +26,7 @@ from specbundle.bench.report import (
     Validity,
 )
 from specbundle.bench.runner import ArmData, RawRun
+from specbundle.bench.sglang_meta import chain_only
 from specbundle.bench.verifycost import VerifyCost, verify_cost
 
 __all__ = ["AnalysisInputs", "analyse_levels", "ceiling", "validity"]
@@ -76,12 +78,14 @@ def arm_level(arm: str, c: int, runs: Sequence[LevelRun],
     )
 
 
-def acceptance(engine: str, deltas: Sequence[WindowDelta], runs: Sequence[LevelRun]) -> Acceptance:
-    """Acceptance of the spec arm at one level from counter deltas (+ per-request check)."""
+def acceptance(engine: str, deltas: Sequence[WindowDelta], runs: Sequence[LevelRun],
+               props: Mapping[str, Any] | None = None) -> Acceptance:
+    """Acceptance of the spec arm at one level from counter deltas (+ per-request check);
+    ``props``: what the spec arm's server resolved (SGLang: a tree gets no chain α)."""
     adapter = adapter_for(engine)
     own = adapter.window_acceptance(deltas, runs)
     if own is not None:  # no counters: per-request figures summed over the window
-        return own
+        return chain_only(own, props) if engine == "sglang" else own
     per_req = [adapter.request_spec(r.server) for run in runs for r in run.ok]
     req_d = sum(p[0] for p in per_req if p) if per_req and None not in per_req else None
     req_a = sum(p[1] for p in per_req if p) if per_req and None not in per_req else None
@@ -221,7 +225,7 @@ def analyse_levels(raw: RawRun, inp: AnalysisInputs) -> tuple[LevelResult, ...]:
                                          confidence=rc)
             if len(tb) >= 3 and len(ts) >= 3:
                 boot = stats.bootstrap_ratio_ci(tb, ts, confidence=rc)
-        acc = acceptance(raw.engine, raw.spec.deltas.get(c, []), s_runs)
+        acc = acceptance(raw.engine, raw.spec.deltas.get(c, []), s_runs, raw.spec.props)
         c_ci = checks.draft_cost_ci(raw, c, inp.confidence)
         c_meas = c_ci.ratio if c_ci is not None else draft_cost(raw, c, draft, base)
         tau, g, alpha = acc.mean_acceptance_length, acc.mean_draft_length, acc.alpha

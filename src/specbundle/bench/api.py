@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import shutil
 from collections.abc import Iterator
 from dataclasses import replace
@@ -38,18 +37,14 @@ from specbundle.bench.verdict import bench_verdict
 from specbundle.bench.workload import (
     Workload,
     default_workload,
-    load_prompts_file,
     prompts_from_bytes,
 )
-from specbundle.digest import sha256_bytes
-from specbundle.errors import BenchError, SpecError, VerificationError
+from specbundle.bundle import Bundle
+from specbundle.errors import BenchError
 from specbundle.mirror import Mirror, utc_now
-from specbundle.record import BundleRecord
 from specbundle.render import render_bundle
-from specbundle.schedule import read_tuned
-from specbundle.spec import BundleSpec, parse_spec
+from specbundle.spec import BundleSpec
 from specbundle.strict import MalformedDocument, loads_json
-from specbundle.verify import VerifiedBundle
 
 __all__ = ["load_report", "report_path", "run_bench"]
 
@@ -71,44 +66,10 @@ def load_report(mirror: Mirror, name: str, run_id: str) -> BenchReport:
     return BenchReport.from_json(doc)
 
 
-def _workload(mirror: Mirror, rec: BundleRecord, spec: BundleSpec, *,
-              verified: bool = False) -> Workload:
-    """The benchmark prompts: only bytes something signed when the record is verified.
-
-    A prompts file in the bundle folder is used only as the bytes whose digest the record
-    names (``prompts_sha256``, set by pull and signed with the record); one in the target
-    snapshot is covered by the snapshot's signature. Swapped prompts would change what
-    admission measures, so a verified bundle whose prompts file neither covers fails closed;
-    the connected side (unverified record) may still read an unnamed file from the folder.
-    """
-    rel = spec.bench.prompts_file
-    if rel is None:
-        return default_workload()
-    if rel.startswith("/") or ".." in Path(rel).parts:
-        raise SpecError("must be a relative path inside the bundle", field="bench.prompts_file")
-    in_bundle = mirror.bundle_dir(rec.name) / rel
-    if rec.prompts_sha256 is not None:
-        try:
-            if in_bundle.is_symlink():
-                raise OSError(errno.ELOOP, "is a symbolic link")
-            data = in_bundle.read_bytes()
-        except OSError as err:
-            raise SpecError(f"cannot read the bundle's prompts file {rel!r}: {err.strerror}",
-                            field="bench.prompts_file") from None
-        if sha256_bytes(data) != rec.prompts_sha256:
-            raise VerificationError(f"prompts file {rel!r} differs from the one the bundle "
-                                    "record signs", hint="pull and sign the bundle again")
-        return prompts_from_bytes(data, in_bundle)
-    if rel in {f.path for f in rec.target.files}:
-        return load_prompts_file(mirror.artifact_dir(rec.target) / rel)
-    if verified:
-        raise VerificationError(
-            f"prompts file {rel!r} is not covered by the signed record (a bundle pulled before "
-            "records named the prompts' digest)", hint="pull and sign the bundle again")
-    if in_bundle.is_file():
-        return load_prompts_file(in_bundle)
-    raise SpecError(f"{rel!r} is in neither the bundle folder nor the target snapshot",
-                    field="bench.prompts_file")
+def _workload(bundle: Bundle) -> Workload:
+    """The benchmark prompts: the bytes the bundle value gives (see :meth:`Bundle.prompts`)."""
+    found = bundle.prompts()
+    return default_workload() if found is None else prompts_from_bytes(*found)
 
 
 def _subsequence(short: tuple[str, ...], long: tuple[str, ...]) -> bool:
@@ -124,14 +85,12 @@ class _Manifest:
     (``specbundle images load``), pinned by image ID, bound to loopback.
     """
 
-    def __init__(self, mirror: Mirror, rec: BundleRecord, spec: BundleSpec, engine: str,
-                 opts: BenchOptions, log_dir: Path, verified: VerifiedBundle | None = None
-                 ) -> None:
+    def __init__(self, bundle: Bundle, engine: str, opts: BenchOptions, log_dir: Path) -> None:
         if opts.runtime not in ("shell", "docker"):
             raise BenchError(f"unknown runtime {opts.runtime!r}; allowed: shell, docker")
-        self.mirror, self.opts, self.log_dir = mirror, opts, log_dir
-        result = render_bundle(mirror, rec.name, engine, "shell", record=rec, verified=verified)
-        signed = verified.manifest if verified is not None else None
+        self.mirror, self.opts, self.log_dir = bundle.mirror, opts, log_dir
+        spec, rec = bundle.spec, bundle.record
+        result = render_bundle(bundle, engine, "shell")
         self.spec_cmd, self.base_cmd = result.command, result.baseline
         scripts = [f for f in result.files if f.suffix == ".sh"]
         if not scripts:
@@ -157,13 +116,8 @@ class _Manifest:
                 spec.draft.gguf_file else str(draft_dir)
             self.draft_args = adapter.draft_only_argv(self.base_cmd.args, model)
         self.image: Any = None
-        if opts.runtime == "docker":  # imported here: the shell runtime needs no docker SDK
-            from specbundle.images import read_image_records
-
-            # the signed version's record when verified: the unsigned copy never names it
-            self.image = (read_image_records(mirror, rec.name) if signed is None else
-                          read_image_records(mirror, rec.name, signed_version=signed.version,
-                                             signed_digests=signed.images)).get(engine)
+        if opts.runtime == "docker":  # the bundle value's record: signed when verified
+            self.image = bundle.image_record(engine)
             if self.image is None:
                 raise BenchError(f"bundle {rec.name!r} carries no {engine} engine image",
                                  hint="specbundle images save (connected side), then "
@@ -281,44 +235,36 @@ def _store(mirror: Mirror, report: BenchReport, log_dir: Path) -> None:
             "report": f"bundles/{report.bundle}/{base}/report.json"})
 
 
-def run_bench(mirror: Mirror, name: str, *, engine: str = "llamacpp",
+def run_bench(bundle: Bundle, *, engine: str = "llamacpp",
               options: BenchOptions | None = None,
-              progress: Progress | None = None,
-              record: BundleRecord | None = None,
-              verified: VerifiedBundle | None = None) -> BenchReport:
-    """Benchmark bundle ``name`` on ``engine`` with and without speculation; store the report.
+              progress: Progress | None = None) -> BenchReport:
+    """Benchmark ``bundle`` on ``engine`` with and without speculation; store the report.
 
-    ``verified``: the verified bundle: its signed record, the engine image records stored with
-    that signed version, and only tuned schedules its verification bound. ``record``: a
-    verified record alone. With neither, the unsigned ``bundle.json`` is read (connected-side
-    use only).
+    Everything measured comes from the bundle value: its record and spec, its prompts, its
+    engine image record and tuned schedule (for a verified bundle, only the signed ones).
     """
     opts = options or BenchOptions()
-    if verified is not None:
-        record = verified.record
-    rec = record if record is not None else mirror.load_bundle(name)
-    spec = parse_spec(rec.spec, file=f"bundles/{name}/bundle.json")
+    mirror, spec, name = bundle.mirror, bundle.spec, bundle.name
     if not opts.base_url and engine not in {e.value for e in spec.engines.enabled()}:
         raise BenchError(f"bundle {name!r} has no {engine} settings to render and run",
                          hint=f"enabled engines: {[e.value for e in spec.engines.enabled()]}")
-    workload = _workload(mirror, rec, spec, verified=verified is not None)
+    workload = _workload(bundle)
     run_id = opts.run_id or new_run_id()
     log_dir = mirror.tmp_dir / f"bench-{run_id}"
     log_dir.mkdir(parents=True, exist_ok=True)
     try:
-        server: dict[str, Any] = {"mode": opts.mode}
+        server: dict[str, Any] = {"mode": opts.mode, "custody": bundle.custody()}
         launcher = None
         can_draft = False
         settings_equal: bool | None = None
         note = "servers given by URL: settings not compared"
         if not opts.base_url:
-            tuned = read_tuned(mirror, name, engine, bound=(
-                verified.tuned_schedules if verified is not None else None))
+            tuned = bundle.tuned_schedule(engine)
             if tuned is not None:  # render put it in force: the bench measures what deploys
                 server["tuned_schedule"] = {**tuned.to_json(), "sha256": tuned.digest,
                                             "off_levels": list(tuned.off_levels),
                                             "k_at_p95": tuned.at(tuned.p95_concurrency).k}
-            man = _Manifest(mirror, rec, spec, engine, opts, log_dir, verified)
+            man = _Manifest(bundle, engine, opts, log_dir)
             launcher, can_draft = man.launcher, man.draft_args is not None
             settings_equal, note = man.settings_equal, man.settings_note
             server.update(script=str(man.script), argv=man.argv, runtime=opts.runtime)

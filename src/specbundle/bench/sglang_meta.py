@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specbundle.bench import stats
@@ -42,6 +42,7 @@ __all__ = [
     "MetaWindow",
     "RequestSpec",
     "adaptive_seen",
+    "chain_only",
     "meta_acceptance",
     "read_meta",
     "sum_window",
@@ -285,3 +286,14 @@ def meta_acceptance(deltas: Sequence[WindowDelta], runs: Sequence[LevelRun], *,
         request_accepted=float(w.correct),
         request_cross_check=w.self_check, gauges=gauges, note="; ".join(notes),
     )
+
+
+def chain_only(acc: Acceptance, props: Mapping[str, Any] | None) -> Acceptance:
+    """α solved from τ assumes a chain; with the tree SGLang resolved (``/get_server_info``:
+    topk > 1, e.g. NGRAM's breadth 10 or an auto-chosen (5, 4, 8)) it is not reported."""
+    topk = (props or {}).get("speculative_eagle_topk")
+    if not isinstance(topk, int) or topk <= 1 or acc.alpha is None:
+        return acc
+    note = (f"tree in force (topk {topk}, {(props or {}).get('speculative_num_draft_tokens')} "
+            "draft tokens per verify step): α as a chain is not defined and is not reported")
+    return replace(acc, alpha=None, note="; ".join(x for x in (note, acc.note) if x))

@@ -27,7 +27,6 @@ from specbundle.attest import (
     SigningKey,
     Statement,
     append_attestation,
-    artifact_subjects,
     sign_statement,
 )
 from specbundle.attest.predicates import TUNE_SCHEDULE_V1
@@ -43,12 +42,12 @@ from specbundle.bench.tune_analysis import (
 )
 from specbundle.bench.tune_html import render_tune_html
 from specbundle.bench.verdict import percent
+from specbundle.bundle import Bundle
 from specbundle.digest import sha256_bytes
 from specbundle.errors import BenchError, UsageError
-from specbundle.mirror import Mirror, utc_now
+from specbundle.mirror import utc_now
 from specbundle.schedule import SCHEDULE_FILE
-from specbundle.sign import bundle_manifest
-from specbundle.spec import BundleSpec, parse_spec
+from specbundle.spec import BundleSpec
 
 __all__ = ["TuneOptions", "default_ks", "run_tune", "with_setting"]
 
@@ -113,12 +112,10 @@ def with_setting(engine: str, args: Sequence[str], v: Variant) -> list[str]:
     raise BenchError(f"tune does not know how to set K for engine {engine!r}")
 
 
-def _sign(mirror: Mirror, name: str, keys: Sequence[SigningKey], result: TuneResult,
+def _sign(bundle: Bundle, keys: Sequence[SigningKey], result: TuneResult,
           result_bytes: bytes, schedule_bytes: bytes) -> int:
-    subjects = []  # the bundle's artifacts, as every statement about it names them
-    for art in mirror.load_bundle(name).artifacts:
-        root = bundle_manifest(mirror, art).root_digest
-        subjects += list(artifact_subjects(art.repo, root, art.commit, art.commit_kind))
+    mirror, name = bundle.mirror, bundle.name
+    subjects = bundle.subjects()  # the version measured, as every statement about it names it
     base = f"specbundle:bundle/{name}/tune/{result.run_id}"
     choices = [{"concurrency": c.concurrency, "k": c.k,
                 "pMin": None if c.p_min is None else format(c.p_min, ".6g"),
@@ -184,16 +181,16 @@ class _Sweep:
             r += 1
 
 
-def run_tune(mirror: Mirror, name: str, *, engine: str = "llamacpp",
+def run_tune(bundle: Bundle, *, engine: str = "llamacpp",
              options: TuneOptions | None = None, keys: Sequence[SigningKey] = (),
              progress: Progress | None = None) -> TuneResult:
-    """Sweep the settings, store the result and the schedule, sign the schedule statement."""
+    """Sweep the settings on ``bundle``, store the result and the schedule, sign the schedule
+    statement (naming the bundle version measured)."""
     opts = options or TuneOptions()
     if not keys:
         raise UsageError("no signing key given", hint="pass --key KEY.pem: the schedule is "
                                                       "signed evidence")
-    rec = mirror.load_bundle(name)
-    spec = parse_spec(rec.spec, file=f"bundles/{name}/bundle.json")
+    mirror, name, spec = bundle.mirror, bundle.name, bundle.spec
     if engine not in {e.value for e in spec.engines.enabled()}:
         raise BenchError(f"bundle {name!r} has no {engine} settings to render and run")
     ks = opts.ks or default_ks(spec)
@@ -212,9 +209,9 @@ def run_tune(mirror: Mirror, name: str, *, engine: str = "llamacpp",
                          confidence=opts.confidence, max_rounds=opts.max_rounds,
                          time_budget_s=opts.time_budget_s)
     try:
-        man = _Manifest(mirror, rec, spec, engine, bopts, log_dir)
+        man = _Manifest(bundle, engine, bopts, log_dir)
         man.variants = {v.name: with_setting(engine, man.spec_cmd.args, v) for v in variants}
-        runner = _Runner(spec, engine, _workload(mirror, rec, spec), bopts, man.launcher,
+        runner = _Runner(spec, engine, _workload(bundle), bopts, man.launcher,
                          False, progress)
         runner.per_round = (1 + len(variants)) * len(runner.levels)
         runner.total = runner.per_round * runner.rounds
@@ -254,8 +251,9 @@ def run_tune(mirror: Mirror, name: str, *, engine: str = "llamacpp",
     mirror.write_bundle_file(name, f"tune/{run_id}/tune.json", data)
     with mirror.lock():
         mirror.write_bundle_file(name, SCHEDULE_FILE, sched)
-        line = _sign(mirror, name, keys, result, data, sched)
+        line = _sign(bundle, keys, result, data, sched)
         mirror.append_event("tune", name, {"run_id": run_id, "engine": engine,
+                                           "custody": bundle.custody(),
                                            "attestation_line": line,
                                            "schedule_sha256": sha256_bytes(sched)})
     return result

@@ -46,6 +46,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("tune", "Measure K per concurrency on the real engine; sign the schedule."),
     "admit": ("admit", "Verify, benchmark and admit or reject with a signed decision."),
     "audit": ("audit", "Audit provenance, verify the event log, export ML-BOM/HTML."),
+    "diff": ("diff", "Diff bundle versions; mark changes to what runs or the gate (exit 7)."),
+    "review": ("review", "Write the approver's offline HTML page: decision, diff, approvals."),
 }
 
 

@@ -1,4 +1,9 @@
-"""One table from exception to exit code; the only place errors become process status."""
+"""One table from exception to exit code; the only place errors become process status.
+
+A :class:`~specbundle.errors.SpecbundleError` carries its own code: 3/4/5 "the check said no",
+7 "a diff found a runtime- or gate-changing difference" (``diff --fail-on-behaviour-change``),
+1 "the tool broke", 6 "the machine lacks something".
+"""
 
 from __future__ import annotations
 

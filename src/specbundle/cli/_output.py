@@ -11,6 +11,10 @@ Two layers keep it from acting on a terminal or a CI log:
   surrogate and line-separator character in the text they write (only rich's own styling and
   cursor sequences are emitted raw), so an ``ESC`` in a value that reached a ``print`` any
   other way (an error message, a warning) is shown as ``\x1b``, never obeyed.
+
+Tables read in a CI log (stdout not a terminal) never wrap: figures are rounded to what they
+mean (:func:`figure`), and a table wider than the log's columns (``COLUMNS``, else 80) is
+printed one record per line instead of folding a digest or a ratio into ``1.786902…``.
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from specbundle.text import escape_char
 
-__all__ = ["console", "err_console", "esc", "json_written", "print_json", "print_table",
+__all__ = ["console", "err_console", "esc", "figure", "json_written", "print_json", "print_table",
            "reset_json_written", "term_safe", "write_json_text"]
 
 _ASCII_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -92,18 +97,54 @@ def print_json(value: Any) -> None:
     write_json_text(json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def figure(value: float) -> str:
+    """A measured figure rounded to what it means: 3 significant digits below 100, whole
+    numbers above (``1.786902331`` -> ``1.79``, ``1234.5678`` -> ``1235``)."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
 def _cell(value: Any) -> Text:
     if isinstance(value, Text):  # styled on purpose by the caller (e.g. a status)
         return value
+    if isinstance(value, float):
+        return Text(figure(value))
     return Text("" if value is None else term_safe(str(value)))
 
 
+def _records(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Text]]) -> None:
+    """One line per row (``column: value | ...``, empty cells left out): what a CI log shows
+    without wrapping."""
+    if title is not None:
+        console.print(_cell(title), soft_wrap=True)
+    for r in rows:
+        line = Text(" ")
+        for c, v in zip(columns, r, strict=False):
+            if v.plain:  # an empty cell says nothing in a record
+                line.append(f"{' | ' if len(line) > 1 else ''}{c}: ", style="bold")
+                line.append_text(v)
+        console.print(line, soft_wrap=True)
+
+
 def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A simple table; plain cells and the title are literal text (never markup)."""
+    """A simple table; plain cells and the title are literal text (never markup).
+
+    On a terminal rich fits it to the window; anywhere else (a CI log, a pipe) a table that
+    does not fit ``console.width`` becomes one record per line, so nothing wraps.
+    """
+    cells = [[_cell(v) for v in r] for r in rows]
     table = Table(title=None if title is None else _cell(title), show_edge=False,
                   header_style="bold")
     for c in columns:
         table.add_column(c)
-    for r in rows:
-        table.add_row(*(_cell(v) for v in r))
+    for r in cells:
+        table.add_row(*r)
+    if not console.is_terminal:
+        natural = Measurement.get(console, console.options.update_width(1 << 20), table)
+        if natural.maximum > console.width:
+            _records(title, columns, cells)
+            return
     console.print(table)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from specbundle.admit import Decision, Rejected, admit_bundle
+from specbundle.admit import Decision, Rejected, admit_bundle, reject_unverified
 from specbundle.bench import BenchReport, load_report
 from specbundle.bench.verdict import Verdict, gate_decision, gate_verdict, verdict_first
 from specbundle.cli._keyopts import load_keys, passphrase_option
@@ -21,9 +21,9 @@ from specbundle.cli.bench import (
     step_progress,
     time_budget_option,
 )
-from specbundle.errors import SpecbundleError
+from specbundle.errors import BundleNotFound, SpecbundleError
 from specbundle.mirror import Mirror
-from specbundle.verify import load_policy
+from specbundle.verify import load_policy, verify_bundle
 
 __all__ = ["command"]
 
@@ -96,10 +96,18 @@ def command(bundle: str, trust_file: Path, key_files: tuple[Path, ...],
         if not as_json:
             err_console.print(f"admit: {name}")
 
+    mirror.load_bundle(bundle)  # BundleNotFound (exit 2) before any stage runs or is reported
     try:
+        stage("verify")
+        try:
+            verified = verify_bundle(mirror, bundle, policy)
+        except BundleNotFound:
+            raise
+        except SpecbundleError as err:  # refused: the FAILED decision is signed too
+            raise reject_unverified(mirror, bundle, err, policy=policy, keys=keys) from None
         with interruptible(), step_progress(not as_json) as progress:
-            decision = admit_bundle(mirror, bundle, policy=policy, keys=keys, engine=engine,
-                                    bench_options=opts, progress=progress, on_stage=stage)
+            decision = admit_bundle(verified, keys=keys, engine=engine, bench_options=opts,
+                                    progress=progress, on_stage=stage)
     except Rejected as err:
         _emit(mirror, err.decision, as_json)
         raise

@@ -26,7 +26,7 @@ from specbundle.bench.verdict import (
 )
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, err_console, print_table, write_json_text
-from specbundle.cli.verify import trust_option, verified
+from specbundle.cli.verify import bundle_options, open_bundle
 from specbundle.errors import UsageError
 
 __all__ = ["bench_options", "command", "interruptible", "show_decision", "show_report",
@@ -106,6 +106,8 @@ def show_verdict(verdict: Verdict | None, decision: tuple[str, str] | None = Non
 def show_report(report: BenchReport, path: Path) -> None:
     """Human summary: the decision and verdict, one row per level, then validity and notes."""
     show_verdict(report.verdict, bench_decision(report))
+    if report.server.get("custody", {}).get("signed") is False:
+        console.print("[bold red]UNSIGNED[/]: measured the unsigned bundle record (--unsigned)")
     console.print(f"bench [bold]{report.bundle}[/] on {report.engine}: run {report.run_id} "
                   f"({report.settings.rounds} rounds {' '.join(report.settings.round_order)})")
     rows: list[list[object]] = []
@@ -241,12 +243,13 @@ def make_options(base_url: str | None, baseline_url: str | None, draft_url: str 
 
 @click.command("bench")
 @click.argument("bundle")
-@trust_option
+@bundle_options
 @mirror_option
 @bench_options
 @time_budget_option
 @json_option
-def command(bundle: str, trust: Path | None, mirror_dir: Path | None, engine: str, runtime: str,
+def command(bundle: str, trust: Path | None, unsigned: bool, mirror_dir: Path | None, engine: str,
+            runtime: str,
             base_url: str | None,
             baseline_url: str | None, draft_url: str | None, binary: Path | None,
             rounds: int | None, max_rounds: int | None, requests_per_level: int | None,
@@ -257,10 +260,9 @@ def command(bundle: str, trust: Path | None, mirror_dir: Path | None, engine: st
                                 requests_per_level, max_tokens, levels, aa_rounds, runtime,
                                 max_rounds), time_budget_s=time_budget)
     mirror = open_mirror(mirror_dir)
-    v = verified(mirror, bundle, trust)
+    value = open_bundle(mirror, bundle, trust, unsigned)
     with interruptible(), step_progress(not as_json) as progress:
-        report = run_bench(mirror, bundle, engine=engine, options=opts, progress=progress,
-                           verified=v)
+        report = run_bench(value, engine=engine, options=opts, progress=progress)
     if as_json:
         write_json_text(verdict_first(report.to_json()))
     else:

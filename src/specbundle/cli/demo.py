@@ -243,10 +243,9 @@ def _isolated_side(transfer: Path, spec: BundleSpec, work: Path, run: _Run,
     with run.stage("render") as info:
         outs = []
         for each in (EngineName.LLAMACPP, EngineName.VLLM, EngineName.SGLANG):
-            res = render_bundle(mirror, spec.name, each, "shell", verified=verified)
+            res = render_bundle(verified, each, "shell")
             outs.append(str(res.out_dir))
-        res = render_bundle(mirror, spec.name, EngineName.LLAMACPP, "systemd",
-                            verified=verified)
+        res = render_bundle(verified, EngineName.LLAMACPP, "systemd")
         outs.append(str(res.out_dir))
         info["out"] = outs
         info["summary"] = "shell manifests for llama.cpp, vLLM, SGLang; a systemd unit for " \
@@ -262,8 +261,7 @@ def _isolated_side(transfer: Path, spec: BundleSpec, work: Path, run: _Run,
     with run.stage("admit") as info:
         opts = BenchOptions(binary=binary)
         try:
-            decision = admit_bundle(mirror, spec.name, policy=policy, keys=[key],
-                                    engine=engine, bench_options=opts)
+            decision = admit_bundle(verified, keys=[key], engine=engine, bench_options=opts)
         except Rejected as err:
             decision = err.decision
         info["admitted"] = decision.admitted

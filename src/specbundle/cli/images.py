@@ -9,6 +9,8 @@ import click
 
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json, print_table
+from specbundle.cli.verify import open_bundle
+from specbundle.errors import VerificationError
 from specbundle.images import (
     ImageRecord,
     load_images,
@@ -16,7 +18,6 @@ from specbundle.images import (
     remove_stale_containers,
     save_images,
 )
-from specbundle.verify import load_policy
 
 __all__ = ["command"]
 
@@ -75,9 +76,9 @@ def save(bundle: str, mirror_dir: Path | None, engines: tuple[str, ...], as_json
 @mirror_option
 @_ENGINE
 @click.option("--trust", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Verify the bundle against this policy; the images must then be listed by "
-                   "the signed transfer index it was imported with.")
-@click.option("--allow-unsigned", is_flag=True,
+              help="Verify the bundle against this policy; only the image records its signed "
+                   "version names (and the archives they name) are loaded.")
+@click.option("--allow-unsigned", "--unsigned", "allow_unsigned", is_flag=True,
               help="Without --trust, accept the mirror's own bundle record (integrity, not "
                    "authorship): only for images you saved yourself on this side.")
 @json_option
@@ -85,17 +86,22 @@ def load(bundle: str, mirror_dir: Path | None, engines: tuple[str, ...], trust: 
          allow_unsigned: bool, as_json: bool) -> None:
     """Check each archive against the signed record, then docker load it (isolated side)."""
     mirror = open_mirror(mirror_dir)
-    policy = load_policy(trust) if trust else None
-    loaded = load_images(mirror, bundle, engines=engines or None, policy=policy,
-                         allow_unsigned=allow_unsigned)
+    if trust is None and not allow_unsigned:
+        raise VerificationError(
+            f"refusing to load the images of {bundle!r} without a trust policy: the "
+            "mirror's own record proves integrity, not authorship",
+            hint="pass --trust trust.yaml (isolated side), or --allow-unsigned for a "
+                 "connected-side round trip of images you saved yourself")
+    value = open_bundle(mirror, bundle, trust, allow_unsigned)
+    loaded = load_images(value, engines=engines or None)
     if as_json:
-        print_json({"loaded": [li.__dict__ for li in loaded]})
+        print_json({"loaded": [li.__dict__ for li in loaded], "custody": value.custody()})
         return
     for li in loaded:
         state = "already present" if li.was_present else "loaded"
         console.print(f"{li.engine}: {li.reference} {li.image_id} {state} "
                       f"(archive sha256 {li.archive_sha256[:16]}… verified)")
-    if policy is None:
+    if not value.signed:
         console.print("[yellow]note[/]: no --trust given: digests were checked against the "
                       "mirror's own bundle record, which proves integrity, not authorship")
 

@@ -29,7 +29,7 @@ def command(src: Path, mirror_dir: Path | None, trust: Path, as_json: bool) -> N
         res = import_bundle(src, mirror, policy, progress=progress)
     info = {"bundle": res.bundle, "version": res.version, "status": res.status,
             "index_sha256": res.index_sha256,
-            "verification": res.verified.report.to_json() if res.verified else None}
+            "verification": res.verification.to_json() if res.verification else None}
     if as_json:
         print_json(info)
         return

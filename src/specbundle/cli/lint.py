@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from specbundle.bundle import read_unsigned
 from specbundle.cli._options import default_mirror, json_option, mirror_option, open_mirror
 from specbundle.cli._output import print_json
 from specbundle.cli.render import show_findings
@@ -50,7 +51,7 @@ def command(bundle: str, engine: str | None, target: str | None, allow_unpinned_
                              "configs from the mirror", hint=f"specbundle pull {bundle} first")
     else:
         mirror = open_mirror(mirror_dir)
-        report = lint_bundle(mirror, bundle, engine=engine, target=target,
+        report = lint_bundle(read_unsigned(mirror, bundle), engine=engine, target=target,
                              allow_unpinned_image=allow_unpinned_image)
         if engine_check and engine in (None, EngineName.VLLM.value):
             from specbundle.render.vllm_oracle import engine_check_bundle, with_engine_findings

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json, print_table
-from specbundle.cli.verify import trust_option, verified
+from specbundle.cli.verify import bundle_options, open_bundle
 from specbundle.errors import UsageError
 from specbundle.render import TARGETS, LintReport, render_bundle
 from specbundle.spec import EngineName
@@ -49,7 +49,7 @@ def show_findings(report: LintReport) -> None:
               help="Use this image reference instead of the spec's (should be name@sha256:...).")
 @click.option("--allow-unpinned-image", is_flag=True,
               help="Render compose/kubernetes with an image not pinned by digest (warning).")
-@trust_option
+@bundle_options
 @click.option("--model-source", type=click.Choice(["mirror", "oci"]), default="mirror",
               show_default=True, help="kubernetes: models from the mirror (hostPath) or from "
               "a registry (image volumes pinned by digest; see `specbundle oci`).")
@@ -65,17 +65,16 @@ def show_findings(report: LintReport) -> None:
 @json_option
 def command(bundle: str, engine: str, target: str, out_dir: Path | None,
             image_digest: str | None, image: str | None, allow_unpinned_image: bool,
-            trust: Path | None, model_source: str, oci_repo: str | None,
+            trust: Path | None, unsigned: bool, model_source: str, oci_repo: str | None,
             oci_tool_image: str | None, oci_init_container: bool, mirror_dir: Path | None,
             as_json: bool) -> None:
     """Render BUNDLE's serve manifests for one engine and target; lint errors block (exit 2)."""
     if model_source == "oci" and (target != "kubernetes" or not oci_repo):
         raise UsageError("--model-source oci renders --target kubernetes and needs --oci-repo")
     mirror = open_mirror(mirror_dir)
-    v = verified(mirror, bundle, trust)
-    res = render_bundle(mirror, bundle, engine, target, out_dir, image=image,
-                        image_digest=image_digest, allow_unpinned_image=allow_unpinned_image,
-                        verified=v)
+    res = render_bundle(open_bundle(mirror, bundle, trust, unsigned), engine, target, out_dir,
+                        image=image, image_digest=image_digest,
+                        allow_unpinned_image=allow_unpinned_image)
     if model_source == "oci" and oci_repo:
         from specbundle.cli.oci import render_from_registry
 
@@ -86,6 +85,8 @@ def command(bundle: str, engine: str, target: str, out_dir: Path | None,
         print_json(res.to_json())
         return
     show_findings(res.lint)
+    if not res.custody["signed"]:
+        console.print("[bold red]UNSIGNED[/]: rendered from the unsigned bundle record")
     console.print(f"rendered [bold]{res.bundle}[/] for {res.engine.value}/{res.target} "
                   f"into {res.out_dir}")
     print_table(None, ["file", "bytes"], [[f.name, f.stat().st_size] for f in res.files])

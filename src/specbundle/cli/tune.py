@@ -13,6 +13,7 @@ from specbundle.cli._keyopts import load_keys, passphrase_option
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json, print_table
 from specbundle.cli.bench import show_decision, step_progress
+from specbundle.cli.verify import bundle_options, open_bundle
 
 __all__ = ["command"]
 
@@ -83,13 +84,14 @@ def _show(r: TuneResult) -> None:
               help="Output tokens per request (default: the spec's bench settings).")
 @click.option("--binary", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Engine binary (e.g. llama-server).")
+@bundle_options
 @mirror_option
 @json_option
 def command(bundle: str, engine: str, key_files: tuple[Path, ...], passphrase_file: Path | None,
             ks: str | None, p_mins: str | None, levels: str | None, rounds: int | None,
             max_rounds: int | None, time_budget: float | None, requests_per_level: int | None,
-            max_tokens: int | None, binary: Path | None, mirror_dir: Path | None,
-            as_json: bool) -> None:
+            max_tokens: int | None, binary: Path | None, trust: Path | None, unsigned: bool,
+            mirror_dir: Path | None, as_json: bool) -> None:
     """Sweep K (and p_min) x concurrency on ENGINE; write and sign the measured schedule."""
     keys = load_keys(key_files, passphrase_file)
     opts = TuneOptions(ks=_ints(ks, "--k"), p_mins=_floats(p_mins),
@@ -97,10 +99,12 @@ def command(bundle: str, engine: str, key_files: tuple[Path, ...], passphrase_fi
                        time_budget_s=time_budget, requests_per_level=requests_per_level,
                        max_tokens=max_tokens, binary=binary)
     mirror = open_mirror(mirror_dir)
+    value = open_bundle(mirror, bundle, trust, unsigned)
     with step_progress(not as_json) as progress:
-        result = run_tune(mirror, bundle, engine=engine, options=opts, keys=keys,
-                          progress=progress)
+        result = run_tune(value, engine=engine, options=opts, keys=keys, progress=progress)
     if as_json:
-        print_json(result.to_json())
+        print_json({**result.to_json(), "custody": value.custody()})
         return
+    if not value.signed:
+        console.print("[bold red]UNSIGNED[/]: tuned the unsigned bundle record (--unsigned)")
     _show(result)

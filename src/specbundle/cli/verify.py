@@ -7,16 +7,16 @@ from typing import Any, TypeVar
 
 import click
 
+from specbundle.bundle import Bundle, read_unsigned
 from specbundle.cli._keyopts import hash_progress
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, err_console, print_json, print_table
-from specbundle.errors import BundleNotFound, MirrorError, SpecbundleError
+from specbundle.errors import BundleNotFound, MirrorError, SpecbundleError, UsageError
 from specbundle.mirror import Mirror
-from specbundle.record import BundleRecord
 from specbundle.verify import (
     BundleVerificationFailed,
+    TrustPolicy,
     VerificationReport,
-    VerifiedBundle,
     load_policy,
     record_verification,
     verify_bundle,
@@ -24,30 +24,38 @@ from specbundle.verify import (
 
 F = TypeVar("F", bound=Any)
 
-__all__ = ["command", "trust_option", "verified", "verified_record"]
+__all__ = ["bundle_options", "command", "open_bundle"]
 
 
-def trust_option(f: F) -> F:
-    """``--trust trust.yaml`` on stages that act on a bundle (render, bench): verify first."""
+def bundle_options(f: F) -> F:
+    """``--trust`` / ``--unsigned`` on every stage that acts on a bundle: which reading to use."""
+    f = click.option(
+        "--unsigned", "unsigned", is_flag=True,
+        help="Connected side only: act on the mirror's UNSIGNED bundle record, with nothing "
+             "verified (said so in the output and --json).")(f)
     return click.option(
         "--trust", "trust", type=click.Path(dir_okay=False, path_type=Path), default=None,
-        help="Trust policy: verify the bundle first and use only its signed manifest "
+        help="Trust policy: verify the bundle first and use only its signed version "
              "(required on the isolated side).")(f)
 
 
-def verified(mirror: Mirror, bundle: str, trust: Path | None) -> VerifiedBundle | None:
-    """The verified bundle when ``--trust`` is given (exit 3 if it does not verify)."""
-    if trust is None:
-        err_console.print("warning: no --trust given: using the unsigned bundle record "
-                          "(connected side only; pass --trust on the isolated side)")
-        return None
-    return verify_bundle(mirror, bundle, load_policy(trust))
+def open_bundle(mirror: Mirror, bundle: str, trust: Path | None, unsigned: bool) -> Bundle:
+    """The one place a stage's bundle value is chosen: verified, or unsigned when asked.
 
-
-def verified_record(mirror: Mirror, bundle: str, trust: Path | None) -> BundleRecord | None:
-    """The signed manifest's record when ``--trust`` is given (exit 3 if it does not verify)."""
-    v = verified(mirror, bundle, trust)
-    return v.record if v is not None else None
+    Raises:
+        UsageError: neither or both of ``--trust`` and ``--unsigned``.
+        BundleVerificationFailed: the bundle does not verify (exit 3).
+    """
+    if trust is not None and unsigned:
+        raise UsageError("--trust and --unsigned contradict each other")
+    if trust is not None:
+        return verify_bundle(mirror, bundle, load_policy(trust))
+    if not unsigned:
+        raise UsageError("pass --trust trust.yaml: this stage acts on the verified bundle only",
+                         hint="on the connected side, --unsigned acts on the unsigned record")
+    err_console.print("WARNING: --unsigned: acting on the UNSIGNED bundle record; nothing was "
+                      "verified (connected side only; pass --trust on the isolated side)")
+    return read_unsigned(mirror, bundle)
 
 
 def _record(mirror: Mirror, report: VerificationReport) -> None:
@@ -56,6 +64,29 @@ def _record(mirror: Mirror, report: VerificationReport) -> None:
         record_verification(mirror, report)
     except (MirrorError, OSError) as err:
         err_console.print(f"warning: verification not logged in the mirror's event log: {err}")
+
+
+def _report_failure(mirror: Mirror, bundle: str, policy: TrustPolicy,
+                    err: BundleVerificationFailed, as_json: bool) -> None:
+    """The problems, then the approval status: exit 3 always says who still must sign.
+
+    The approval reader loads on failure only: render, bench and admit import this module.
+    """
+    from specbundle.cli._approval import approval_or_none, print_approval
+
+    approval = approval_or_none(mirror, bundle, policy)
+    if as_json:
+        doc = err.report.to_json()
+        if approval is not None:
+            doc["approval"] = approval.to_json()
+        print_json(doc)
+        return
+    print_table(f"{bundle}: verification FAILED", ["problem", "subject", "detail",
+                                                   "expected", "actual"],
+                [[p.kind, p.subject, p.message, p.expected, p.actual]
+                 for p in err.report.problems])
+    if approval is not None:
+        print_approval(approval)
 
 
 @click.command("verify")
@@ -79,13 +110,7 @@ def command(bundle: str, trust: Path, mirror_dir: Path | None, as_json: bool) ->
             res = verify_bundle(mirror, bundle, policy, progress=progress)
     except BundleVerificationFailed as err:
         _record(mirror, err.report)
-        if as_json:
-            print_json(err.report.to_json())
-        else:
-            print_table(f"{bundle}: verification FAILED", ["problem", "subject", "detail",
-                                                           "expected", "actual"],
-                        [[p.kind, p.subject, p.message, p.expected, p.actual]
-                         for p in err.report.problems])
+        _report_failure(mirror, bundle, policy, err, as_json)
         raise
     _record(mirror, res.report)
     if as_json:

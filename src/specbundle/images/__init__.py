@@ -12,10 +12,10 @@ engine from the loaded image for ``specbundle bench --runtime docker`` and alway
 remove it, also on Ctrl-C.
 """
 
+from specbundle.image_record import ImageRecord, image_record_path, read_image_records
 from specbundle.images.archive import ArchiveInfo, inspect_archive
 from specbundle.images.daemon import connect
 from specbundle.images.load import LoadedImage, Vouched, check_image, load_images, vouched_digests
-from specbundle.images.record import ImageRecord, image_record_path, read_image_records
 from specbundle.images.run import (
     LABEL,
     ContainerCommand,

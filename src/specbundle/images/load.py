@@ -1,12 +1,13 @@
 """Isolated side: load a bundle's engine images into Docker only if they are the signed ones.
 
-Before ``docker load`` each archive must (1) be vouched for: with a trust policy, the bundle
-is verified (:func:`specbundle.verify.verify_bundle`) and the *signed transfer index* it was
-imported with (``bundles/<name>/import/index.json``) must list the archive object and the
-image record with these exact digests; without a policy only the mirror's own bundle record
-(``extra_blobs``) binds them, which proves integrity but not authorship, so that path is
-taken only when the caller asks for it (``allow_unsigned``); (2) hash to the
-recorded digest; (3) hold exactly the recorded image: its config blob hashes to the image ID
+The images come from the bundle value (:class:`specbundle.bundle.Bundle`) and nothing else.
+Before ``docker load`` each archive must (1) be vouched for: a verified bundle gives only the
+image records stored with its signed version, each checked against the digest its manifest
+signs, and the archives those signed records name (no side file, such as a transfer index
+copied into the mirror, can add or bring back an image); the unsigned reading gives the
+mirror's own bundle record (``extra_blobs``), which proves integrity but not authorship, so
+the CLI takes that path only when asked to (``--allow-unsigned``); (2) hash to the recorded
+digest; (3) hold exactly the recorded image: its config blob hashes to the image ID
 (``docker load`` itself checks each layer against the config's ``diff_ids``). One file
 descriptor is hashed, inspected and streamed to the daemon, so the bytes checked are the
 bytes loaded. Any mismatch refuses the load.
@@ -22,19 +23,14 @@ from typing import BinaryIO
 import docker
 import docker.errors
 
+from specbundle.bundle import Bundle
 from specbundle.digest import sha256_bytes
 from specbundle.errors import EnvironmentProblem, VerificationError
+from specbundle.image_record import ImageRecord
 from specbundle.images.archive import inspect_archive
 from specbundle.images.daemon import connect
-from specbundle.images.record import ImageRecord, image_record_path, read_image_records
-from specbundle.mirror import Mirror
-from specbundle.transfer import read_index
-from specbundle.verify import TrustPolicy, verify_bundle
 
 __all__ = ["LoadedImage", "Vouched", "check_image", "load_images", "vouched_digests"]
-
-IMPORT_INDEX_DIR = "import"
-
 
 @dataclass(frozen=True)
 class Vouched:
@@ -57,35 +53,9 @@ class LoadedImage:
     signed: bool
 
 
-def vouched_digests(mirror: Mirror, name: str, policy: TrustPolicy | None, *,
-                    allow_unsigned: bool = False) -> Vouched:
-    """What may be loaded: the signed transfer index's parts, else (only when the caller opts
-    in) the bundle record's blobs.
-
-    Fail closed: the mirror on disk is not trusted until a signature is verified, so without a
-    policy nothing is loaded unless ``allow_unsigned`` says the caller accepts integrity
-    without authorship (a connected-side round trip of its own images).
-    """
-    if policy is None:
-        if not allow_unsigned:
-            raise VerificationError(
-                f"refusing to load the images of {name!r} without a trust policy: the "
-                "mirror's own record proves integrity, not authorship",
-                hint="pass --trust trust.yaml (isolated side), or --allow-unsigned for a "
-                     "connected-side round trip of images you saved yourself")
-        return Vouched(frozenset(mirror.load_bundle(name).extra_blobs),
-                       f"bundle record of {name!r} (unsigned: no --trust given)", False)
-    verify_bundle(mirror, name, policy)
-    index_dir = mirror.bundle_dir(name) / IMPORT_INDEX_DIR
-    if not (index_dir / "index.json").is_file():
-        raise VerificationError(
-            f"bundle {name!r} was not imported through a signed transfer set, so its engine "
-            "images cannot be proven", hint="specbundle export / import the bundle first")
-    idx, _, _ = read_index(index_dir, policy)
-    if idx.bundle != name:
-        raise VerificationError(f"the stored transfer index is for bundle {idx.bundle!r}")
-    return Vouched(frozenset(p.sha256 for p in idx.parts),
-                   f"signed transfer index v{idx.version} of {name!r}", True)
+def vouched_digests(bundle: Bundle) -> Vouched:
+    """What may be loaded for ``bundle``: the digests its own value vouches for."""
+    return Vouched(bundle.image_digests(), str(bundle.custody()["source"]), bundle.signed)
 
 
 def _hash_fd(fh: BinaryIO) -> str:
@@ -149,18 +119,16 @@ def _load_one(client: docker.DockerClient, rec: ImageRecord, fh: BinaryIO) -> bo
 
 
 def load_images(
-    mirror: Mirror, name: str, *, engines: Sequence[str] | None = None,
-    policy: TrustPolicy | None = None, client: docker.DockerClient | None = None,
-    allow_unsigned: bool = False,
+    bundle: Bundle, *, engines: Sequence[str] | None = None,
+    client: docker.DockerClient | None = None,
 ) -> tuple[LoadedImage, ...]:
-    """Check and ``docker load`` the images of a bundle; returns what was loaded.
+    """Check and ``docker load`` the images of ``bundle``; returns what was loaded.
 
-    With ``policy`` (the isolated side) the bundle is verified and the images must be listed
-    by the signed transfer index it was imported with; without one, ``allow_unsigned`` must
-    say so (see :func:`vouched_digests`).
+    A verified bundle loads only what its signed version names (see the module docstring).
     """
-    vouched = vouched_digests(mirror, name, policy, allow_unsigned=allow_unsigned)
-    records = read_image_records(mirror, name)
+    mirror, name = bundle.mirror, bundle.name
+    vouched = vouched_digests(bundle)
+    records = bundle.image_records()
     wanted = list(engines) if engines else sorted(records)
     missing = [e for e in wanted if e not in records]
     if missing or not wanted:
@@ -172,7 +140,7 @@ def load_images(
     out: list[LoadedImage] = []
     for engine in wanted:
         rec = records[engine]
-        raw = mirror.read_bundle_file(name, image_record_path(engine)) or b""
+        raw = bundle.image_record_bytes(engine) or b""
         path = mirror.object_path(rec.archive_sha256)
         try:
             fh = path.open("rb")
@@ -190,5 +158,6 @@ def load_images(
             mirror.append_event("image-load", name, {
                 "engine": li.engine, "image_id": li.image_id, "signed": li.signed,
                 "archive_sha256": li.archive_sha256, "was_present": li.was_present,
+                "custody": bundle.custody(),
             })
     return tuple(out)

@@ -37,8 +37,8 @@ from docker.models.containers import Container
 from docker.types import DeviceRequest, Mount
 
 from specbundle.errors import BenchError, UsageError
+from specbundle.image_record import ImageRecord
 from specbundle.images.daemon import connect
-from specbundle.images.record import ImageRecord
 from specbundle.mirror import Mirror
 
 __all__ = ["LABEL", "ContainerCommand", "RunningContainer", "remove_stale_containers",

@@ -19,8 +19,8 @@ from docker.models.images import Image
 
 from specbundle._fsutil import canonical_json
 from specbundle.errors import EnvironmentProblem, UsageError
+from specbundle.image_record import ImageRecord, image_record_path, read_image_records
 from specbundle.images.daemon import connect, daemon_version
-from specbundle.images.record import ImageRecord, image_record_path, read_image_records
 from specbundle.mirror import Mirror, utc_now
 from specbundle.spec import EngineName
 

@@ -4,9 +4,13 @@
 (the words after ``vllm serve``) on stdin and, for each, runs what ``vllm serve`` runs before
 it loads weights: the serve argument parser, ``validate_parsed_serve_args`` and
 ``AsyncEngineArgs.create_engine_config`` (model, draft, parallel and cache configs, the
-speculative config's resolution). ``... dump`` prints the serve flags and the
-``SpeculativeConfig`` fields of the installed version. One JSON document goes to stdout;
-vLLM's own logging is moved to stderr. No GPU, no network: ``VLLM_TARGET_DEVICE=cpu`` and
+speculative config's resolution), then the scheduler's Dynamic-SD lookup
+(``build_dynamic_sd_schedule_lookup``, which 0.32 runs only when the scheduler is built).
+The CPU platform rewrites some decisions a GPU node keeps: async scheduling is recorded as the
+general path decides it, just before the platform hook runs (the CUDA platform does not touch
+it), and ``not_reproduced`` names what stays CPU-specific. ``... dump`` prints the serve
+flags and the ``SpeculativeConfig`` fields of the installed version. One JSON document goes
+to stdout; vLLM's own logging is moved to stderr. No GPU, no network: ``VLLM_TARGET_DEVICE=cpu`` and
 ``HF_HUB_OFFLINE=1`` are set by the caller. Imports nothing from specbundle on purpose.
 """
 
@@ -48,12 +52,61 @@ def _serve_parser() -> Any:
     return top
 
 
+#: Decided by the GPU platform and not reproducible on the CPU one.
+NOT_REPRODUCED = ("cudagraph mode and capture sizes (and Dynamic SD's PIECEWISE downgrade)",
+                  "attention backend", "KV cache size (GPU memory)",
+                  "max_num_seqs / max_num_batched_tokens defaults keyed by GPU memory")
+_SEEN: dict[str, Any] = {}
+
+
+def _watch_platform() -> None:
+    """Record async scheduling as decided before the platform hook (CPU forces it off)."""
+    from vllm.platforms import current_platform
+
+    cls = type(current_platform)
+    original = cls.check_and_update_config
+
+    def hook(_cls: Any, vllm_config: Any) -> None:
+        _SEEN["async_scheduling"] = vllm_config.scheduler_config.async_scheduling
+        original(vllm_config)
+
+    cls.check_and_update_config = classmethod(hook)
+
+
+def _ranges(dense: list[int]) -> list[list[int]]:
+    """A dense batch-size -> K lookup as [start, end, K] ranges."""
+    out: list[list[int]] = []
+    for bs, k in enumerate(dense[1:], start=1):
+        if out and out[-1][2] == k and out[-1][1] == bs - 1:
+            out[-1][1] = bs
+        else:
+            out.append([bs, bs, k])
+    return out
+
+
+def _schedule(cfg: Any) -> list[list[int]] | None:
+    """The K per batch size the scheduler runs (its own lookup; raises as it would)."""
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    sc = cfg.speculative_config
+    if sc is None or not sc.num_speculative_tokens_per_batch_size:
+        return None
+    dense = build_dynamic_sd_schedule_lookup(
+        sc.num_speculative_tokens_per_batch_size,
+        vllm_max_batch_size=cfg.scheduler_config.max_num_seqs,
+        vllm_num_speculative_tokens=sc.num_speculative_tokens)
+    return _ranges(dense)
+
+
 def _resolved(cfg: Any) -> dict[str, Any]:
     sc = cfg.speculative_config
     out: dict[str, Any] = {
         "max_num_seqs": cfg.scheduler_config.max_num_seqs,
         "block_size": cfg.cache_config.block_size,
         "max_model_len": cfg.model_config.max_model_len,
+        "async_scheduling_gpu": _SEEN.get("async_scheduling"),
+        "async_scheduling_here": cfg.scheduler_config.async_scheduling,
+        "not_reproduced": list(NOT_REPRODUCED),
         "speculative": None,
     }
     if sc is not None:
@@ -80,9 +133,15 @@ def _check(top: Any, words: list[str]) -> dict[str, Any]:
         if getattr(args, "model_tag", None) is not None:
             args.model = args.model_tag
         stage = "config"
+        _SEEN.clear()
         engine_args = AsyncEngineArgs.from_cli_args(args)
         cfg = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
-        return {"ok": True, "stage": "config", "resolved": _resolved(cfg)}
+        stage = "scheduler"
+        schedule = _schedule(cfg)
+        resolved = _resolved(cfg)
+        if resolved["speculative"] is not None:
+            resolved["speculative"]["schedule_in_force"] = schedule
+        return {"ok": True, "stage": "scheduler", "resolved": resolved}
     except (Exception, SystemExit) as err:  # noqa: BLE001 - the engine's refusal, in its words
         text = str(err).strip() or type(err).__name__
         return {"ok": False, "stage": stage, "error_type": type(err).__name__,
@@ -214,6 +273,7 @@ def main() -> None:
     launcher, mode = sys.argv[1], sys.argv[2]
     runpy.run_path(launcher, run_name="specbundle_vllm_launcher")  # its metadata shims only
     top = _serve_parser()
+    _watch_platform()
     doc: dict[str, Any] = {}
     if "dump" in mode:  # "dump", "check" or "check+dump" (one interpreter start for both)
         doc["table"] = _dump(top)

@@ -17,9 +17,10 @@ from typing import Any
 
 from specbundle import __version__
 from specbundle._fsutil import atomic_write_bytes, fsync_dir
-from specbundle.attest.manifest import BundleManifest
-from specbundle.errors import EnvironmentProblem, RenderError, UsageError
-from specbundle.mirror import Mirror, versions
+from specbundle.bundle import Bundle
+from specbundle.errors import EnvironmentProblem, MirrorError, RenderError, UsageError
+from specbundle.image_record import parse_image_record
+from specbundle.mirror import Mirror
 from specbundle.record import BundleRecord
 from specbundle.render.interface import (
     EngineContext,
@@ -35,10 +36,9 @@ from specbundle.render.rules_cmd import COMMAND_RULES
 from specbundle.render.sglang import SGLangEngine
 from specbundle.render.targets import TARGETS
 from specbundle.render.vllm import VLLMEngine
-from specbundle.schedule import apply_tuned, read_tuned
+from specbundle.schedule import apply_tuned
 from specbundle.spec import BundleSpec, EngineName, parse_spec
 from specbundle.strict import loads_json
-from specbundle.verify import VerifiedBundle
 
 __all__ = [
     "ENGINES",
@@ -68,13 +68,15 @@ class RenderResult:
     command: ServeCommand
     baseline: ServeCommand
     lint: LintReport
+    #: which reading of the bundle was rendered (signed version, or unsigned and said so)
+    custody: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for ``--json``."""
         return {"bundle": self.bundle, "engine": self.engine.value, "target": self.target,
                 "out_dir": str(self.out_dir), "files": [str(f) for f in self.files],
                 "command": self.command.to_json(), "baseline": self.baseline.to_json(),
-                "lint": self.lint.to_json()}
+                "lint": self.lint.to_json(), "custody": self.custody}
 
 
 def _engine(engine: EngineName | str) -> tuple[EngineName, ServeEngine]:
@@ -86,67 +88,44 @@ def _engine(engine: EngineName | str) -> tuple[EngineName, ServeEngine]:
     return name, ENGINES[name]
 
 
-def _spec_of(record: BundleRecord) -> BundleSpec:
-    return parse_spec(record.spec, file=f"bundle {record.name} (bundle.json spec)")
+def _recorded_image(bundle: Bundle, engine: EngineName) -> str | None:
+    """The pinned reference the images stage recorded, as the bundle value gives it.
 
-
-_IMAGE_RECORD_SCHEMA = "https://specbundle.dev/image-record/v1"
-
-
-def _recorded_image(mirror: Mirror, name: str, engine: EngineName,
-                    signed: BundleManifest | None = None) -> str | None:
-    """The pinned reference the images stage recorded.
-
-    With a verified manifest (``signed``), only the copy stored with that signed version is
-    read, and only if its bytes still hash to the digest the manifest signs: the bundle-level
-    ``bundles/<name>/images/<e>.json`` is unsigned, so anyone who can write the mirror could
-    otherwise swap the engine image after verification. Without one (connected side only), the
-    bundle-level record is read. Read as plain JSON so render does not import the Docker SDK; a
-    record that is present but unreadable fails closed rather than falling back to a tag.
+    A verified bundle gives only the copy stored with its signed version, and only if its
+    bytes still hash to the digest the manifest signs (a changed copy raises
+    :class:`VerificationError`: the verdict no longer holds); the unsigned reading gives the
+    bundle-level record. A record that is present but unusable fails closed rather than
+    falling back to a tag.
     """
-    rel = f"images/{engine.value}.json"
-    if signed is None:
-        raw = mirror.read_bundle_file(name, rel)
-    elif engine.value not in signed.images:
-        return None
-    else:  # a changed signed copy raises VerificationError: the verdict no longer holds
-        raw = versions.read_signed_file(mirror, name, signed.version, rel,
-                                        signed.images[engine.value])
+    raw = bundle.image_record_bytes(engine.value)
     if raw is None:
         return None
-    try:  # strict: duplicate keys refused, depth and size bounded (a ValueError)
-        doc = loads_json(raw, what=rel)
-        if doc.get("schema") != _IMAGE_RECORD_SCHEMA or doc.get("engine") != engine.value:
-            raise ValueError("unknown schema or wrong engine")
-        ref = doc.get("repo_digest") or doc["image_id"]
-        if not isinstance(ref, str):
-            raise ValueError("the image reference is not a string")
-    except (ValueError, KeyError, AttributeError) as err:
-        raise RenderError(f"bundle {name!r}: image record for {engine.value} is unusable: "
-                          f"{err}") from None
-    return ref
+    try:
+        return parse_image_record(raw, engine.value).pinned_ref
+    except MirrorError as err:
+        raise RenderError(f"bundle {bundle.name!r}: image record for {engine.value} is "
+                          f"unusable: {err.message}") from None
 
 
-def _image_for(mirror: Mirror, name: str, spec: BundleSpec, engine: EngineName,
-               image: str | None, digest: str | None,
-               signed: BundleManifest | None = None) -> str | None:
+def _image_for(bundle: Bundle, engine: EngineName, image: str | None,
+               digest: str | None) -> str | None:
     """Explicit reference or digest first, then the images stage's record, else the spec's."""
-    settings = getattr(spec.engines, engine.value)
+    settings = getattr(bundle.spec.engines, engine.value)
     if settings is None:
         return None
     if image is None and digest is None:
-        return _recorded_image(mirror, name, engine, signed)
+        return _recorded_image(bundle, engine)
     return resolve_image(settings.image, image=image, digest=digest)
 
 
-def _context(mirror: Mirror, record: BundleRecord, *, image: str | None = None,
-             create: bool = True) -> EngineContext:
+def _context(mirror: Mirror, record: BundleRecord, spec: BundleSpec, *,
+             image: str | None = None, create: bool = True) -> EngineContext:
     """Engine inputs; ``create=False`` (lint) computes the alias paths without writing."""
     if create:
         target, draft = ensure_aliases(mirror, record)
     else:
         target, draft = model_aliases(mirror.root, record.name, has_draft=record.draft is not None)
-    return EngineContext(record, _spec_of(record), mirror.root, target, draft, image)
+    return EngineContext(record, spec, mirror.root, target, draft, image)
 
 
 def build_serve_command(
@@ -159,7 +138,8 @@ def build_serve_command(
     command exist when this returns.
     """
     _, eng = _engine(engine)
-    ctx = _context(mirror, record, image=image)
+    spec = parse_spec(record.spec, file=f"bundle {record.name} (bundle.json spec)")
+    ctx = _context(mirror, record, spec, image=image)
     return eng.build(ctx, speculation=speculation)
 
 
@@ -207,27 +187,18 @@ def lint_spec(
 
 
 def lint_bundle(
-    mirror: Mirror, name: str, *, engine: EngineName | str | None = None,
-    target: str | None = None, allow_unpinned_image: bool = False,
-    image: str | None = None, image_digest: str | None = None,
-    record: BundleRecord | None = None, verified: VerifiedBundle | None = None,
+    bundle: Bundle, *, engine: EngineName | str | None = None, target: str | None = None,
+    allow_unpinned_image: bool = False, image: str | None = None,
+    image_digest: str | None = None,
 ) -> LintReport:
-    """Lint a pulled bundle for one engine (default: every engine its spec enables).
-
-    ``verified``: the verified bundle; its record and signed image records are used instead
-    of the mirror's unsigned ones.
-    """
-    signed = verified.manifest if verified is not None else None
-    if verified is not None:
-        record = verified.record
-    record = record if record is not None else mirror.load_bundle(name)
-    spec = _spec_of(record)
+    """Lint a pulled bundle for one engine (default: every engine its spec enables)."""
+    spec = bundle.spec
     engines = (_engine(engine)[0],) if engine is not None else spec.engines.enabled()
     if (image or image_digest) and len(engines) != 1:
         raise UsageError("an image override needs exactly one engine")
-    images = {e: _image_for(mirror, name, spec, e, image, image_digest, signed) for e in engines}
-    ctx = _context(mirror, record, create=False)
-    draft = mirror.artifact_dir(record.draft) if record.draft else None
+    images = {e: _image_for(bundle, e, image, image_digest) for e in engines}
+    ctx = _context(bundle.mirror, bundle.record, spec, create=False)
+    draft = bundle.mirror.artifact_dir(bundle.record.draft) if bundle.record.draft else None
     uses = None if target is None else _target(target).uses_image
     return _lint(ctx, engines, container_target=uses, allow_unpinned_image=allow_unpinned_image,
                  draft_config=_draft_config(draft), images=images)
@@ -240,34 +211,25 @@ def _target(target: str) -> Any:
 
 
 def render_bundle(
-    mirror: Mirror, name: str, engine: EngineName | str, target: str,
-    out_dir: Path | None = None, *, image: str | None = None, image_digest: str | None = None,
-    allow_unpinned_image: bool = False, record: BundleRecord | None = None,
-    verified: VerifiedBundle | None = None,
+    bundle: Bundle, engine: EngineName | str, target: str, out_dir: Path | None = None, *,
+    image: str | None = None, image_digest: str | None = None,
+    allow_unpinned_image: bool = False,
 ) -> RenderResult:
     """Lint, then render one engine x target; lint errors raise :class:`RenderError`.
 
-    ``verified``: the verified bundle: its signed record, the image records stored with that
-    signed version and only tuned schedules its verification bound are what is rendered.
-    ``record``: a verified record alone (image records and schedules are then the mirror's).
-    With neither, the unsigned ``bundle.json`` is read (connected-side use only).
+    What is rendered is what ``bundle`` gives: its record and spec, its image record and its
+    tuned schedule (for a verified bundle, only the signed ones). The result says which
+    reading it was (``custody``).
     """
     eng_name, eng = _engine(engine)
     tgt = _target(target)
-    signed = verified.manifest if verified is not None else None
-    if verified is not None:
-        record = verified.record
-    record = record if record is not None else mirror.load_bundle(name)
-    report = lint_bundle(mirror, name, engine=eng_name, target=target, image=image,
-                         image_digest=image_digest, allow_unpinned_image=allow_unpinned_image,
-                         record=record, verified=verified)
+    mirror, record, name = bundle.mirror, bundle.record, bundle.name
+    report = lint_bundle(bundle, engine=eng_name, target=target, image=image,
+                         image_digest=image_digest, allow_unpinned_image=allow_unpinned_image)
     report.raise_for_errors()
-    spec = _spec_of(record)
-    ctx = _context(mirror, record,
-                   image=_image_for(mirror, name, spec, eng_name, image, image_digest, signed))
-    bound = verified.tuned_schedules if verified is not None else None
-    ctx = replace(ctx, spec=apply_tuned(ctx.spec, read_tuned(mirror, name, eng_name.value,
-                                                             bound=bound)))
+    ctx = _context(mirror, record, bundle.spec,
+                   image=_image_for(bundle, eng_name, image, image_digest))
+    ctx = replace(ctx, spec=apply_tuned(ctx.spec, bundle.tuned_schedule(eng_name.value)))
     cmd, base = eng.build(ctx, speculation=True), eng.build(ctx, speculation=False)
     meta = RenderMeta(
         bundle=name, engine=eng_name, target_ref=f"{record.target.repo}@{record.target.commit}",
@@ -288,8 +250,10 @@ def render_bundle(
             "engine": eng_name.value, "target": tgt.name, "out_dir": str(dest),
             "image": cmd.image, "files": [p.name for p in written],
             "lint": {"errors": len(report.errors), "warnings": len(report.warnings)},
+            "custody": bundle.custody(),
         })
-    return RenderResult(name, eng_name, tgt.name, dest, tuple(written), cmd, base, report)
+    return RenderResult(name, eng_name, tgt.name, dest, tuple(written), cmd, base, report,
+                        bundle.custody())
 
 
 def _write_folder(dest: Path, files: list[tuple[str, str, int]]) -> list[Path]:

@@ -52,7 +52,8 @@ class ArgRule:
 
 def _r(kind: Kind, *choices: str, minimum: float | None = None,
        aliases: tuple[str, ...] = (), gt: bool = False) -> ArgRule:
-    return ArgRule(kind, tuple(choices), minimum, aliases, gt)
+    """An SGLang rule: its booleans are ``store_true`` (0.5.23 has no ``--no-<flag>``)."""
+    return ArgRule(kind, tuple(choices), minimum, aliases, gt, negatable=False)
 
 
 def _vllm_table() -> tuple[str, tuple[str, ...], dict[str, ArgRule], dict[str, ArgRule]]:
@@ -89,6 +90,36 @@ SGLANG_ALGORITHMS: tuple[str, ...] = (
     "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO",
 )
 
+#: SGLang 0.5.23 ``--quantization`` choices (also the draft's).
+_SG_QUANT: tuple[str, ...] = (
+    "awq", "fp8", "mxfp8", "gptq", "gptq_marlin", "awq_marlin", "bitsandbytes", "gguf",
+    "modelopt", "modelopt_fp8", "modelopt_fp4", "nvfp4_online", "modelopt_mixed",
+    "petit_nvfp4", "w8a8_int8", "w8a8_fp8", "moe_wna16", "w4afp8", "mxfp4", "auto-round",
+    "auto-round-int8", "compressed-tensors", "modelslim", "mxfp_w4a8", "quark",
+    "quark_int4fp8_moe", "quark_mxfp4", "mlx_q4", "mlx_q8", "unquant", "humming",
+)
+#: SGLang 0.5.23 ``--load-format`` choices (also the draft's).
+_SG_LOAD: tuple[str, ...] = (
+    "auto", "pt", "safetensors", "instanttensor", "npcache", "dummy", "sharded_state",
+    "presharded", "gguf", "expert_pack", "bitsandbytes", "mistral", "layered", "flash_rl",
+    "remote", "remote_instance", "fastsafetensors", "private", "runai_streamer",
+)
+#: SGLang 0.5.23 ``--speculative-moe-runner-backend`` choices.
+_SG_MOE: tuple[str, ...] = (
+    "auto", "deep_gemm", "triton", "triton_kernel", "flashinfer_trtllm",
+    "experimental_sgl_trtllm", "flashinfer_trtllm_routed", "flashinfer_cutlass",
+    "flashinfer_mxfp4", "flashinfer_cutedsl", "flashinfer_megamoe", "cutlass", "aiter",
+    "marlin", "humming", "experimental_sgl_marlin", "lora_cutedsl", "lora_triton",
+    "lora_marlin", "hpc_ops", "megamoe", "intel_xpu",
+)
+#: SGLang 0.5.23 ``--attention-backend`` choices.
+_SG_ATTN: tuple[str, ...] = (
+    "triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed",
+    "fa3", "fa4", "flashinfer", "llada2_cfg_flashinfer", "flashmla", "trtllm_mla",
+    "cutedsl_mla", "tokenspeed_mla", "trtllm_mha", "hpc_ops", "minicpm_flashattn",
+    "minicpm_flashinfer", "aiter", "wave", "intel_amx", "ascend", "intel_xpu",
+)
+
 #: ``python -m sglang.launch_server`` flags.
 SGLANG_FLAGS: dict[str, ArgRule] = {
     "--model-path": _r("str", aliases=("--model",)),
@@ -97,9 +128,10 @@ SGLANG_FLAGS: dict[str, ArgRule] = {
     "--trust-remote-code": _r("bool"),
     "--context-length": _r("int", minimum=1),
     "--dtype": _r("choice", "auto", "half", "float16", "bfloat16", "float", "float32"),
-    "--kv-cache-dtype": _r("str"),
-    "--quantization": _r("str"),
-    "--load-format": _r("str"),
+    "--kv-cache-dtype": _r("choice", "auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16",
+                           "bfloat16", "nvfp4", "fp4_mx_block16"),
+    "--quantization": _r("choice", *_SG_QUANT),
+    "--load-format": _r("choice", *_SG_LOAD),
     "--tp-size": _r("int", minimum=1, aliases=("--tensor-parallel-size",)),
     "--pp-size": _r("int", minimum=1, aliases=("--pipeline-parallel-size",)),
     "--dp-size": _r("int", minimum=1, aliases=("--data-parallel-size",)),
@@ -109,9 +141,10 @@ SGLANG_FLAGS: dict[str, ArgRule] = {
     "--mem-fraction-static": _r("float", minimum=0, gt=True),
     "--chunked-prefill-size": _r("int"),
     "--enable-mixed-chunk": _r("bool"),
-    "--schedule-policy": _r("str"),
+    "--schedule-policy": _r("choice", "lpm", "random", "fcfs", "dfs-weight", "lof", "priority",
+                            "routing-key", "hrrn", "shortest-prefill-first"),
     "--page-size": _r("int", minimum=1),
-    "--attention-backend": _r("str"),
+    "--attention-backend": _r("choice", *_SG_ATTN),
     "--cuda-graph-max-bs-decode": _r("int", minimum=1),  # 0.5.23 split --cuda-graph-max-bs
     "--cuda-graph-max-bs-prefill": _r("int", minimum=1),
     "--disable-cuda-graph": _r("bool"),
@@ -129,7 +162,7 @@ SGLANG_FLAGS: dict[str, ArgRule] = {
     "--port": _r("int", minimum=1),
     "--speculative-algorithm": _r("choice", *SGLANG_ALGORITHMS),
     "--speculative-draft-model-path": _r("str", aliases=("--speculative-draft-model",)),
-    "--speculative-draft-load-format": _r("str"),
+    "--speculative-draft-load-format": _r("choice", *_SG_LOAD),
     "--speculative-num-steps": _r("int", minimum=1),
     "--speculative-eagle-topk": _r("int", minimum=1),
     "--speculative-num-draft-tokens": _r("int", minimum=1),
@@ -141,10 +174,11 @@ SGLANG_FLAGS: dict[str, ArgRule] = {
     "--speculative-token-map": _r("str"),
     "--speculative-attention-mode": _r("choice", "prefill", "decode"),
     "--speculative-draft-attention-backend": _r("str"),
-    "--speculative-draft-kv-cache-dtype": _r("str"),
+    "--speculative-draft-kv-cache-dtype": _r("choice", "auto", "fp8_e5m2", "fp8_e4m3", "bf16",
+                                             "bfloat16"),
     "--speculative-draft-window-size": _r("int", minimum=1),
-    "--speculative-moe-runner-backend": _r("str"),
-    "--speculative-draft-model-quantization": _r("str"),
+    "--speculative-moe-runner-backend": _r("choice", *_SG_MOE),
+    "--speculative-draft-model-quantization": _r("choice", *_SG_QUANT),
     "--enable-multi-layer-eagle": _r("bool"),
     "--speculative-adaptive": _r("bool"),
     "--speculative-adaptive-config": _r("str"),

@@ -12,8 +12,9 @@ from itertools import pairwise
 
 from specbundle.render.argrules import VLLM_SPEC_KEYS
 from specbundle.render.lint import Finding, LintInput, Rule, finding
+from specbundle.render.rules_images import IMAGE_RULES, vllm_removed_in_image
 from specbundle.render.rules_sglang import SGLANG_RULES
-from specbundle.render.sglang import ALGORITHMS
+from specbundle.render.sglang import ADAPTIVE_ALGORITHMS, ALGORITHMS
 from specbundle.spec import EngineName, SpecMethod
 
 __all__ = ["ENGINE_RULES"]
@@ -299,8 +300,10 @@ def vllm_async(inp: LintInput) -> Iterator[Finding]:
 
 
 def vllm_method_removed(inp: LintInput) -> Iterator[Finding]:
-    """vLLM 0.33 removed the medusa and mlp_speculator methods (0.32, the pinned one, has them)."""
-    if V in inp.commands and inp.spec.speculative.method == SpecMethod.MEDUSA:
+    """vLLM 0.33 removed the medusa and mlp_speculator methods (0.32, the pinned one, has them);
+    with an image of 0.33 or later ``vllm-image-version`` reports the refusal instead."""
+    if V in inp.commands and inp.spec.speculative.method == SpecMethod.MEDUSA \
+            and not vllm_removed_in_image(inp)[1]:
         yield finding(
             "vllm-method-removed",
             "warning",
@@ -359,15 +362,15 @@ def sglang_partial_tree(inp: LintInput) -> Iterator[Finding]:
 
 
 def sglang_adaptive(inp: LintInput) -> Iterator[Finding]:
-    """Adaptive mode silently falls back to static params outside EAGLE/EAGLE3 + topk 1."""
+    """Adaptive mode silently falls back to static params outside EAGLE/EAGLE3/NEXTN + topk 1."""
     s = inp.spec.engines.sglang
     if s is None or not s.speculative_adaptive:
         return
     algo = ALGORITHMS.get(inp.spec.speculative.method)
     topk = _sg_tree(inp).get("--speculative-eagle-topk")
     reason = None
-    if algo not in ("EAGLE", "EAGLE3"):
-        reason = f"algorithm {algo} is not EAGLE/EAGLE3"
+    if algo not in ADAPTIVE_ALGORITHMS:  # NEXTN is fine: 0.5.23 turns it into EAGLE first
+        reason = f"algorithm {algo} is not EAGLE/EAGLE3/NEXTN"
     elif topk is not None and topk != 1:
         reason = f"topk={topk} is not 1"
     if reason:
@@ -376,16 +379,17 @@ def sglang_adaptive(inp: LintInput) -> Iterator[Finding]:
             "error",
             "engines.sglang.speculative_adaptive",
             f"--speculative-adaptive is silently disabled because {reason}.",
-            "use EAGLE/EAGLE3 with topk 1, or turn speculative_adaptive off",
+            "use EAGLE/EAGLE3/MTP with topk 1, or turn speculative_adaptive off",
             S,
         )
 
 
 def sglang_dp_attention(inp: LintInput) -> Iterator[Finding]:
-    """NGRAM, STANDALONE and DFLASH reject DP attention."""
+    """NGRAM and STANDALONE reject DP attention (DFLASH takes it on CUDA with
+    ``--enable-dp-lm-head``, which render adds)."""
     s = inp.spec.engines.sglang
     algo = ALGORITHMS.get(inp.spec.speculative.method)
-    if s is not None and s.enable_dp_attention and algo in ("NGRAM", "STANDALONE", "DFLASH"):
+    if s is not None and s.enable_dp_attention and algo in ("NGRAM", "STANDALONE"):
         yield finding(
             "sglang-dp-attention",
             "error",
@@ -465,4 +469,5 @@ ENGINE_RULES: dict[str, Rule] = {
     "sglang-method-unsupported": sglang_method,
     "eagle-given-eagle3-draft": eagle_with_eagle3,
     **SGLANG_RULES,
+    **IMAGE_RULES,
 }

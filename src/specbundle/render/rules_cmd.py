@@ -22,6 +22,7 @@ from specbundle.render.argrules import (
     canonical_flag,
 )
 from specbundle.render.lint import Finding, LintInput, Rule, finding
+from specbundle.render.llamacpp import PROMPT_ALLOWANCE, slot_context, slot_need
 from specbundle.render.paths import METHOD_WORDS, is_pinned, method_words_in
 from specbundle.spec import EngineName, SpecMethod
 
@@ -108,6 +109,35 @@ def llamacpp_p_min(inp: LintInput) -> Iterator[Finding]:
                       f"p_min 0.0 with n_max {n_max}: the drafter always fills all {n_max} "
                       "positions however unsure it is (llama.cpp #25908: 0.07 acceptance).",
                       "set draft_p_min to about 0.75, or lower draft_n_max", L)
+
+
+def llamacpp_slot_context(inp: LintInput) -> Iterator[Finding]:
+    """Each slot must hold a whole request: llama.cpp splits --ctx-size over --parallel."""
+    argv = inp.argv(L)
+    c, n = flag_value(argv, "--ctx-size", "-c"), flag_value(argv, "--parallel", "-np")
+    if not argv or c is None or not c.isdigit():
+        return
+    slots = int(n) if n is not None and n.lstrip("-").isdigit() and int(n) > 0 else 1
+    unified = any(a in ("--kv-unified", "-kvu") for a in argv)
+    sc = slot_context(int(c), slots, unified=unified)
+    need = slot_need(inp.spec)
+    why = (f"prompt allowance {PROMPT_ALLOWANCE} + bench.max_tokens "
+           f"{inp.spec.bench.max_tokens} = {need} tokens")
+    if not unified and sc.per_slot < need:
+        yield finding("llamacpp-slot-context", "error", "engines.llamacpp.ctx_size",
+                      f"--ctx-size {c} over --parallel {slots} gives each slot {sc.per_slot} "
+                      f"tokens (llama.cpp b11434: pad256(ctx / slots)), less than a request "
+                      f"needs ({why}): generations stop as truncated and the benchmark "
+                      "measures short outputs.",
+                      f"set ctx_size to at least {slots * need} (or leave it unset: render "
+                      "sizes it), or kv_unified: true", L)
+    elif unified and sc.pool < need * inp.spec.deployment.p95_concurrency:
+        p95 = inp.spec.deployment.p95_concurrency
+        yield finding("llamacpp-slot-context", "warning", "engines.llamacpp.ctx_size",
+                      f"--kv-unified: the {slots} slots share one pool of {sc.pool} tokens; "
+                      f"at P95 concurrency {p95} requests need {p95 * need} ({why} each), so "
+                      "requests wait for KV space or are cut.",
+                      f"set ctx_size to at least {p95 * need}", L)
 
 
 def llamacpp_removed(inp: LintInput) -> Iterator[Finding]:
@@ -222,21 +252,39 @@ def unknown_flags(inp: LintInput) -> Iterator[Finding]:
                               "check the spelling against the engine version you ship", eng)
 
 
+def _choice_misses(extra: tuple[str, ...], table: dict[str, ArgRule]
+                   ) -> Iterator[tuple[str, str, tuple[str, ...]]]:
+    """(flag, value, choices) for each extra flag given a value outside its choices."""
+    for i, a in enumerate(extra):
+        name = canonical_flag(a, table) if a.startswith("-") else None
+        rule = table.get(name) if name else None
+        if name is None or rule is None or rule.kind != "choice":
+            continue
+        value = a.split("=", 1)[1] if "=" in a else (extra[i + 1] if i + 1 < len(extra) else "")
+        if value not in rule.choices:
+            yield name, value, rule.choices
+
+
 def vllm_flag_choices(inp: LintInput) -> Iterator[Finding]:
     """A vLLM extra flag with fixed choices must be given one of them (argparse refuses)."""
     settings = inp.spec.engines.vllm
     extra = tuple(settings.extra_args) if settings is not None else ()
-    for i, a in enumerate(extra):
-        name = canonical_flag(a, VLLM_FLAGS) if a.startswith("-") else None
-        rule = VLLM_FLAGS.get(name) if name else None
-        if rule is None or rule.kind != "choice":
-            continue
-        value = a.split("=", 1)[1] if "=" in a else (extra[i + 1] if i + 1 < len(extra) else "")
-        if value not in rule.choices:
-            yield finding("vllm-flag-choice", "error", f"engines.vllm.extra_args: {name}",
-                          f"{value!r} is not a choice of {name} in vLLM {VLLM_TABLE_VERSION} "
-                          f"({', '.join(rule.choices)}); it refuses to start.",
-                          f"use one of {', '.join(rule.choices)}", V)
+    for name, value, choices in _choice_misses(extra, VLLM_FLAGS):
+        yield finding("vllm-flag-choice", "error", f"engines.vllm.extra_args: {name}",
+                      f"{value!r} is not a choice of {name} in vLLM {VLLM_TABLE_VERSION} "
+                      f"({', '.join(choices)}); it refuses to start.",
+                      f"use one of {', '.join(choices)}", V)
+
+
+def sglang_flag_choices(inp: LintInput) -> Iterator[Finding]:
+    """An SGLang extra flag with argparse choices must be given one of them."""
+    settings = inp.spec.engines.sglang
+    extra = tuple(settings.extra_args) if settings is not None else ()
+    for name, value, choices in _choice_misses(extra, SGLANG_FLAGS):
+        yield finding("sglang-flag-choice", "error", f"engines.sglang.extra_args: {name}",
+                      f"{value!r} is not a choice of {name} in SGLang 0.5.23 "
+                      f"({', '.join(choices)}); argparse refuses it and the server never "
+                      "starts.", f"use one of {', '.join(choices[:12])}", S)
 
 
 def extra_args_override(inp: LintInput) -> Iterator[Finding]:
@@ -299,11 +347,13 @@ COMMAND_RULES: dict[str, Rule] = {
     "llamacpp-spec-type-method": llamacpp_spec_type,
     "llamacpp-p-min-zero": llamacpp_p_min,
     "llamacpp-removed-flag": llamacpp_removed,
+    "llamacpp-slot-context": llamacpp_slot_context,
     "model-path-method-word": method_word_paths,
     "hub-reference": hub_reference,
     "image-unpinned": image_pinned,
     "unknown-engine-flag": unknown_flags,
     "vllm-flag-choice": vllm_flag_choices,
+    "sglang-flag-choice": sglang_flag_choices,
     "extra-args-override": extra_args_override,
     "model-files-missing": model_files,
     "metrics-disabled": metrics_off,

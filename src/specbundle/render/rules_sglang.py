@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from specbundle.render.lint import Finding, LintInput, Rule, finding
 from specbundle.render.rules_cmd import flag_value as _value
-from specbundle.render.sglang import ALGORITHMS
+from specbundle.render.sglang import ADAPTIVE_CANDIDATE_STEPS, ALGORITHMS, adaptive_dropped
 from specbundle.render.sglang_versions import FEATURE_TEXT, FEATURES, has_feature, image_version
 from specbundle.spec import EngineName, SpecMethod
 
@@ -49,7 +49,7 @@ def image_features(inp: LintInput) -> Iterator[Finding]:
     s = inp.spec.engines.sglang
     if s is None or S not in inp.commands:
         return
-    version = image_version(inp.commands[S].image or s.image)
+    version = image_version(inp.commands[S].image) or image_version(s.image)
     where = "engines.sglang.image"
     if version is None or version not in FEATURES:
         known = ", ".join(FEATURES)
@@ -100,25 +100,73 @@ def ngram_forced_tree(inp: LintInput) -> Iterator[Finding]:
 
 
 def adaptive_disabled(inp: LintInput) -> Iterator[Finding]:
-    """0.5.23 silently drops ``--speculative-adaptive`` with attention DP, multi-layer EAGLE
-    or two-batch overlap."""
+    """0.5.23 silently drops ``--speculative-adaptive`` with attention DP, multi-layer EAGLE,
+    two-batch overlap or PD multiplexing; render then pins the spec's chain, since SGLang
+    would otherwise auto-choose a tree (topk 4 for Llama) and the benchmark measure that."""
     s = inp.spec.engines.sglang
     argv = inp.argv(S)
     if s is None or "--speculative-adaptive" not in argv:
         return
-    reasons = []
-    if s.enable_dp_attention or "--enable-dp-attention" in argv \
-            or (_int(argv, "--attn-dp-size") or 1) > 1:
-        reasons.append("attention DP (tier decisions are not synchronised across DP ranks)")
-    if "--enable-multi-layer-eagle" in argv:
-        reasons.append("--enable-multi-layer-eagle (MultiLayerEagleWorkerV2 has no adaptive)")
-    if "--enable-two-batch-overlap" in argv:
-        reasons.append("--enable-two-batch-overlap (the state swap drops the TBO backend)")
-    for r in reasons:
+    k = inp.spec.speculative.num_speculative_tokens
+    for r in adaptive_dropped(inp.spec, s):
+        if r.startswith(("algorithm", "topk")):
+            continue  # sglang-adaptive-unsupported: an error
         yield finding("sglang-adaptive-disabled", "warning", "engines.sglang.speculative_adaptive",
-                      f"--speculative-adaptive is silently disabled with {r}; SGLang falls back "
-                      "to the static tree.",
+                      f"--speculative-adaptive is silently disabled with {r}; render pins the "
+                      f"static chain ({k} steps, topk 1, {k + 1} draft tokens) so SGLang does "
+                      "not choose its own tree.",
                       "turn that option off, or speculative_adaptive off", S)
+
+
+def adaptive_steps(inp: LintInput) -> Iterator[Finding]:
+    """With adaptive in force SGLang picks steps among the config's candidate_steps; an
+    explicit ``--speculative-num-steps`` outside them is refused at startup."""
+    s = inp.spec.engines.sglang
+    argv = inp.argv(S)
+    if s is None or "--speculative-adaptive" not in argv or adaptive_dropped(inp.spec, s):
+        return
+    where = "engines.sglang.speculative_adaptive"
+    cands = list(ADAPTIVE_CANDIDATE_STEPS)
+    steps = _int(argv, "--speculative-num-steps")
+    if _value(argv, "--speculative-adaptive-config") is not None:
+        yield finding("sglang-adaptive-steps", "warning", where,
+                      "--speculative-adaptive-config names the candidate steps, which lint "
+                      "cannot read; SGLang refuses a --speculative-num-steps outside them.",
+                      "check the steps against the config's candidate_steps", S)
+    elif steps is not None and steps not in cands:
+        yield finding("sglang-adaptive-steps", "error", "engines.sglang.speculative_num_steps",
+                      f"SGLang 0.5.23 refuses it at startup: --speculative-num-steps={steps} "
+                      f"is not in the adaptive config candidate_steps {cands}.",
+                      f"set speculative_num_steps to one of {cands} (with topk 1 and steps+1 "
+                      "draft tokens), or leave the tree unset", S)
+    elif steps is None:
+        k = inp.spec.speculative.num_speculative_tokens
+        mid = cands[len(cands) // 2]
+        yield finding("sglang-adaptive-steps", "warning", "speculative.num_speculative_tokens",
+                      f"with --speculative-adaptive SGLang starts at {mid} steps (topk 1) and "
+                      f"moves among {cands} by batch size; num_speculative_tokens={k} is not "
+                      "what runs, and the benchmark reports the adaptive chain's acceptance.",
+                      f"pin speculative_num_steps to one of {cands} to choose the start", S)
+
+
+def dflash_width(inp: LintInput) -> Iterator[Finding]:
+    """DFLASH verifies ``--speculative-num-draft-tokens`` positions; a draft trained for
+    another block size still loads (SGLang only logs a mismatch) and accepts less."""
+    if S not in inp.commands or inp.spec.speculative.method != SpecMethod.DFLASH:
+        return
+    argv = inp.argv(S)
+    width = _int(argv, "--speculative-dflash-block-size") \
+        or _int(argv, "--speculative-num-draft-tokens")
+    cfg = inp.draft_config or {}
+    nested = cfg.get("dflash_config")
+    block = (nested.get("block_size") if isinstance(nested, dict) else None) \
+        or cfg.get("block_size")
+    if width is not None and isinstance(block, int) and block != width:
+        yield finding("sglang-dflash-width", "warning", "speculative.num_speculative_tokens",
+                      f"DFLASH verifies {width} positions (num_speculative_tokens + 1) but the "
+                      f"draft was trained with block_size {block}; SGLang only logs 'DFLASH "
+                      "block size mismatch' and acceptance drops.",
+                      f"set speculative.num_speculative_tokens to {block - 1}", S)
 
 
 def removed_flags(inp: LintInput) -> Iterator[Finding]:
@@ -135,5 +183,7 @@ SGLANG_RULES: dict[str, Rule] = {
     "sglang-image-version": image_features,
     "sglang-ngram-forced-tree": ngram_forced_tree,
     "sglang-adaptive-disabled": adaptive_disabled,
+    "sglang-adaptive-steps": adaptive_steps,
+    "sglang-dflash-width": dflash_width,
     "sglang-removed-flag": removed_flags,
 }

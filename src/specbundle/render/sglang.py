@@ -5,6 +5,13 @@ the three tree parameters (possibly topk > 1) when they are unset, so the comman
 carries an explicit ``--max-running-requests`` and, for the EAGLE family and STANDALONE, the
 tree ``(steps=K, topk=1, draft_tokens=K+1)`` unless the spec gives all three. The baseline
 arm keeps the same ``--max-running-requests`` so both arms admit the same load.
+
+``--speculative-adaptive`` (0.5.23, EAGLE/EAGLE3 and NEXTN, which SGLang turns into EAGLE)
+chooses its own steps among the adaptive config's candidates, so no tree is pinned then,
+unless SGLang will drop adaptive (:func:`adaptive_dropped`): it would then auto-choose a tree
+(topk 4 for Llama), so the spec's chain is pinned instead. DFLASH gets its verify width
+(``--speculative-num-draft-tokens K+1``) stated rather than taken silently from the draft's
+block size, and ``--enable-dp-lm-head`` with attention DP (its CUDA requirement).
 """
 
 from __future__ import annotations
@@ -12,9 +19,10 @@ from __future__ import annotations
 from specbundle.errors import RenderError
 from specbundle.render._command import assemble, python_probe, settings_of
 from specbundle.render.interface import EngineContext, ServeCommand
-from specbundle.spec import EngineName, SGLangSettings, SpecMethod
+from specbundle.spec import BundleSpec, EngineName, SGLangSettings, SpecMethod
 
-__all__ = ["ALGORITHMS", "SGLangEngine", "max_running_requests", "tree_params"]
+__all__ = ["ADAPTIVE_ALGORITHMS", "ADAPTIVE_CANDIDATE_STEPS", "ALGORITHMS", "SGLangEngine",
+           "adaptive_dropped", "max_running_requests", "tree_params"]
 
 #: specbundle method -> ``--speculative-algorithm`` (MTP is SGLang's NEXTN; no MEDUSA).
 ALGORITHMS: dict[SpecMethod, str] = {
@@ -26,6 +34,48 @@ ALGORITHMS: dict[SpecMethod, str] = {
     SpecMethod.DFLASH: "DFLASH",
 }
 _PINNED_TREE = frozenset({"STANDALONE", "EAGLE", "EAGLE3", "NEXTN"})
+#: Algorithms adaptive runs with (``adaptive_unsupported_reason``; NEXTN resolves to EAGLE).
+ADAPTIVE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN"})
+#: The union of ``DEFAULT_ADAPTIVE_CONFIG``'s candidate_steps (0.5.23): an explicit
+#: ``--speculative-num-steps`` outside it is refused at startup.
+ADAPTIVE_CANDIDATE_STEPS: tuple[int, ...] = (0, 1, 3, 5, 7)
+
+
+def _extra_value(extra: tuple[str, ...], flag: str) -> str | None:
+    for i, a in enumerate(extra):
+        if a == flag and i + 1 < len(extra):
+            return extra[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def adaptive_dropped(spec: BundleSpec, s: SGLangSettings) -> list[str]:
+    """Why SGLang 0.5.23 would silently drop ``--speculative-adaptive`` (empty: it runs).
+
+    Mirrors ``adaptive_unsupported_reason``: the algorithm, topk, attention DP, multi-layer
+    EAGLE, two-batch overlap and PD multiplexing.
+    """
+    if not s.speculative_adaptive:
+        return []
+    extra = s.extra_args
+    algo = ALGORITHMS.get(spec.speculative.method)
+    out = []
+    if algo not in ADAPTIVE_ALGORITHMS:
+        out.append(f"algorithm {algo} is not EAGLE/EAGLE3/NEXTN")
+    if s.speculative_eagle_topk not in (None, 1):
+        out.append(f"topk={s.speculative_eagle_topk} is not 1")
+    attn_dp = _extra_value(extra, "--attn-dp-size")
+    if (s.enable_dp_attention and s.dp_size > 1) or "--enable-dp-attention" in extra \
+            or (attn_dp is not None and attn_dp.isdigit() and int(attn_dp) > 1):
+        out.append("attention DP (tier decisions are not synchronised across DP ranks)")
+    if "--enable-multi-layer-eagle" in extra:
+        out.append("--enable-multi-layer-eagle (MultiLayerEagleWorkerV2 has no adaptive)")
+    if "--enable-two-batch-overlap" in extra:
+        out.append("--enable-two-batch-overlap (the state swap drops the TBO backend)")
+    if "--enable-pdmux" in extra:
+        out.append("--enable-pdmux (the state swap does not update the decode backend)")
+    return out
 
 
 def max_running_requests(ctx: EngineContext, s: SGLangSettings) -> int:
@@ -41,7 +91,7 @@ def tree_params(ctx: EngineContext, s: SGLangSettings) -> tuple[int, int, int] |
     if any(v is not None for v in given):
         return None  # partial: lint blocks it; emitting a guess would hide the mistake
     algo = ALGORITHMS.get(ctx.spec.speculative.method)
-    if algo in _PINNED_TREE and not s.speculative_adaptive:
+    if algo in _PINNED_TREE and (not s.speculative_adaptive or adaptive_dropped(ctx.spec, s)):
         k = ctx.spec.speculative.num_speculative_tokens
         return (k, 1, k + 1)
     return None
@@ -64,6 +114,9 @@ class SGLangEngine:
         ]
         if s.enable_dp_attention:
             args.append("--enable-dp-attention")
+            if ALGORITHMS.get(ctx.spec.speculative.method) == "DFLASH" \
+                    and "--enable-dp-lm-head" not in s.extra_args:  # both arms: same lm head
+                args.append("--enable-dp-lm-head")  # DFLASH + attention DP refuses without
         if s.mem_fraction_static is not None:
             args += ["--mem-fraction-static", str(s.mem_fraction_static)]
         if s.disable_overlap_schedule:
@@ -96,6 +149,10 @@ class SGLangEngine:
             out += ["--speculative-num-steps", str(tree[0]),
                     "--speculative-eagle-topk", str(tree[1]),
                     "--speculative-num-draft-tokens", str(tree[2])]
+        elif algo == "DFLASH" and _extra_value(s.extra_args, "--speculative-dflash-block-size") \
+                is None and s.speculative_num_draft_tokens is None:
+            out += ["--speculative-num-draft-tokens",
+                    str(ctx.spec.speculative.num_speculative_tokens + 1)]
         if s.speculative_adaptive:
             out.append("--speculative-adaptive")
         return out

@@ -4,7 +4,8 @@ Templates live in the top-level ``templates/`` folder; the wheel ships them as
 ``specbundle/templates`` (pyproject force-include), an editable install reads the source tree.
 Values are quoted by filters, never by hand in templates: ``sh`` (POSIX shell), ``json``
 (a JSON string is a valid YAML scalar), ``compose`` (JSON with ``$$`` against compose's
-interpolation) and ``systemd`` (systemd's own quoting, ``%``/``$``).
+interpolation), ``systemd`` (systemd's own quoting, C escapes, ``%``/``$``) and ``systemd_path``
+(quoted paths for path-list settings).
 """
 
 from __future__ import annotations
@@ -57,9 +58,37 @@ def templates_dir() -> Path:
     )
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
 def _systemd_quote(value: str) -> str:
+    """One word of ``ExecStart=``/``Environment=``: double-quoted; backslash, quote and every
+    control character as C escapes (systemd unescapes these settings), so no value can end
+    the line; ``%`` (specifiers) and ``$`` (variable expansion) doubled."""
     escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = _CONTROL.sub(lambda m: "".join(f"\\x{b:02x}" for b in m.group().encode()),
+                           escaped)
     return '"' + escaped.replace("%", "%%").replace("$", "$$") + '"'
+
+
+def _systemd_path(value: str) -> str:
+    """One path of ``RequiresMountsFor=``/``ReadOnlyPaths=``: double-quoted (a space does not
+    split it), backslash and quote escaped, ``%`` doubled. These settings do not unescape C
+    escapes, so a path with a control character cannot be written at all: refused."""
+    if _CONTROL.search(value):
+        raise RenderError(f"path {value!r} holds a control character; a systemd unit cannot "
+                          "name it", hint="move the mirror to a plain path")
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"'
+
+
+#: What JSON leaves raw but YAML refuses (DEL, C1) or reads as a line break (NEL, U+2028/9).
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
+
+
+def _yaml_json(value: Any) -> str:
+    """A JSON value that is also one YAML flow scalar with the same content."""
+    text = json.dumps(value, ensure_ascii=False)
+    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _sh_lines(args: tuple[str, ...]) -> list[str]:
@@ -92,10 +121,11 @@ def _env() -> jinja2.Environment:
         keep_trailing_newline=True, autoescape=False,  # noqa: S701
     )
     env.filters["sh"] = lambda v: shlex.quote(str(v))
-    env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False)
+    env.filters["json"] = _yaml_json
     env.filters["systemd"] = lambda v: _systemd_quote(str(v))
+    env.filters["systemd_path"] = lambda v: _systemd_path(str(v))
     # Compose interpolates $VAR in every string; $$ is a literal dollar.
-    env.filters["compose"] = lambda v: json.dumps(str(v).replace("$", "$$"), ensure_ascii=False)
+    env.filters["compose"] = lambda v: _yaml_json(str(v).replace("$", "$$"))
     env.filters["sh_default"] = _sh_default
     env.filters["sh_lines"] = _sh_lines
     return env

@@ -6,7 +6,11 @@ loads weights: its serve argument parser, ``validate_parsed_serve_args`` and
 ``create_engine_config`` (target, draft and speculative config resolved from the local
 directories). That runs without a GPU (``VLLM_TARGET_DEVICE=cpu``) and offline, in vLLM's own
 interpreter: vLLM stays out of specbundle's environment and is treated as an external binary.
-A refusal becomes a lint finding in the engine's own words. The transcribed table in
+A refusal becomes a lint finding in the engine's own words, and what vLLM resolved (method,
+K in force, the per-batch schedule its scheduler runs, async scheduling as a GPU node decides
+it) is compared with the spec: every rewrite is a ``vllm-engine-rewrite`` warning. What the CPU
+platform cannot reproduce (CUDA graphs, attention backend, KV size) is named in the answer's
+``not_reproduced``. The transcribed table in
 ``vllm_args.json`` (dumped from the pinned version by ``ci/vllm-table.py``) is the fallback
 when vLLM is absent.
 """
@@ -28,7 +32,7 @@ from specbundle.mirror import Mirror
 from specbundle.render.api import build_serve_command
 from specbundle.render.interface import OFFLINE_ENV, ServeCommand
 from specbundle.render.lint import Finding, LintReport, finding
-from specbundle.spec import EngineName, parse_spec
+from specbundle.spec import BundleSpec, EngineName, parse_spec
 
 __all__ = [
     "INSTALL_HINT",
@@ -42,6 +46,7 @@ __all__ = [
     "engine_python",
     "find_vllm",
     "oracle_env",
+    "rewrites",
     "with_engine_findings",
 ]
 
@@ -176,14 +181,61 @@ def _words(cmd: ServeCommand) -> list[str]:
     return [*cmd.args, cmd.host_flag, "127.0.0.1", cmd.port_flag, str(cmd.port)]
 
 
+def _per_batch(schedule: Sequence[Sequence[int]], upto: int) -> list[int | None]:
+    """K per batch size 1..upto as the ranges say (None where none covers it)."""
+    out: list[int | None] = [None] * (upto + 1)
+    for start, end, k in schedule:
+        for bs in range(max(start, 1), min(end, upto) + 1):
+            out[bs] = k
+    return out[1:]
+
+
+def rewrites(spec: BundleSpec, verdict: EngineVerdict) -> list[Finding]:
+    """Every place vLLM's resolved speculative config differs from the spec (warnings)."""
+    res = dict(verdict.resolved or {})
+    sp = res.get("speculative")
+    if not verdict.ok or not isinstance(sp, dict):
+        return []
+    want = spec.speculative
+    out: list[str] = []
+    if sp.get("method") != want.method.value:
+        out.append(f"method {want.method.value} runs as {sp.get('method')}")
+    if sp.get("num_speculative_tokens") != want.num_speculative_tokens:
+        out.append(f"num_speculative_tokens {want.num_speculative_tokens} runs as "
+                   f"{sp.get('num_speculative_tokens')}")
+    in_force = sp.get("schedule_in_force")
+    if want.schedule and not in_force:
+        out.append("the per-batch schedule is dropped: the static K runs at every batch size")
+    elif want.schedule and in_force:
+        upto = int(res.get("max_num_seqs") or in_force[-1][1])
+        asked, runs = _per_batch(want.schedule, upto), _per_batch(in_force, upto)
+        diff = [(bs, a, r) for bs, (a, r) in enumerate(zip(asked, runs, strict=True), 1)
+                if a != r]
+        if diff:
+            bs, a, r = diff[0]
+            out.append(f"the schedule runs K={r} at batch size {bs} where the spec says "
+                       f"{'nothing' if a is None else a} ({len(diff)} batch size(s) differ; "
+                       f"in force: {in_force})")
+    if res.get("async_scheduling_gpu") is False:
+        out.append(f"async scheduling is off on a GPU node for method {sp.get('method')}")
+    return [finding("vllm-engine-rewrite", "warning", "speculative arm: vllm serve",
+                    f"vLLM resolves the command differently from the spec: {r}.",
+                    "change the spec to what should run, or accept the engine's value",
+                    EngineName.VLLM) for r in out]
+
+
 def check_serve_commands(arms: Mapping[str, ServeCommand], vllm_bin: Path, *,
-                         timeout: float = 900.0) -> tuple[list[Finding], OracleAnswer]:
-    """Lint findings for every arm vLLM refuses, quoting vLLM; plus the raw answer."""
+                         timeout: float = 900.0, spec: BundleSpec | None = None,
+                         ) -> tuple[list[Finding], OracleAnswer]:
+    """Lint findings for every arm vLLM refuses, quoting vLLM, and (with ``spec``) for every
+    rewrite of the speculative arm; plus the raw answer."""
     names = list(arms)
     answer = check_commands(vllm_bin, [_words(arms[n]) for n in names], timeout=timeout)
     found: list[Finding] = []
     for name, verdict in zip(names, answer.verdicts, strict=True):
         if verdict.ok:
+            if spec is not None and arms[name].speculation:
+                found += rewrites(spec, verdict)
             continue
         found.append(finding(
             "vllm-engine-check", "error", f"{name} arm: vllm serve",
@@ -212,11 +264,12 @@ def engine_check_bundle(mirror: Mirror, name: str, *, vllm_bin: Path | None = No
     arms = {"speculative": build_serve_command(record, EngineName.VLLM, mirror=mirror),
             "baseline": build_serve_command(record, EngineName.VLLM, mirror=mirror,
                                             speculation=False)}
-    return check_serve_commands(arms, found, timeout=timeout)
+    return check_serve_commands(arms, found, timeout=timeout, spec=spec)
 
 
 def with_engine_findings(report: LintReport, extra: Sequence[Finding]) -> LintReport:
     """The lint report with the engine's findings merged in (errors first, as run_rules sorts)."""
     found = sorted([*report.findings, *extra],
                    key=lambda f: (f.severity != "error", f.rule, f.engine or "", f.where))
-    return LintReport(report.bundle, tuple(found), (*report.rules_run, "vllm-engine-check"))
+    return LintReport(report.bundle, tuple(found),
+                      (*report.rules_run, "vllm-engine-check", "vllm-engine-rewrite"))

@@ -25,13 +25,14 @@ from specbundle.attest import (
     sign_statement,
 )
 from specbundle.attest.manifest import build_manifest
+from specbundle.attest.mirrored import bundle_manifest
 from specbundle.attest.modeldir import hash_model_tree, scan_model_dir
-from specbundle.attest.oms import GIT_IGNORED_PATHS
-from specbundle.digest import hash_files, sha256_bytes
-from specbundle.errors import MirrorError, ScanBlocked, UsageError, VerificationError
+from specbundle.digest import sha256_bytes
+from specbundle.errors import ScanBlocked, UsageError
+from specbundle.image_record import bundle_image_bytes
 from specbundle.mirror import Mirror, utc_now, versions
 from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
-from specbundle.record import ArtifactRecord, BundleRecord
+from specbundle.record import BundleRecord
 from specbundle.scan.findings import ScanReport
 from specbundle.sign.statements import fetch_provenance, pair_binding, scan_result
 from specbundle.strict import loads_json
@@ -40,7 +41,6 @@ __all__ = [
     "SCAN_REPORT",
     "SignedBundle",
     "SignedModel",
-    "bundle_manifest",
     "model_sig_rel",
     "sign_bundle",
     "sign_model",
@@ -51,13 +51,6 @@ Progress = Callable[[int], None]
 
 _faults.register("sign.model-sig-written", "sign.attestations-appended",
                  "sign.manifest-written")
-
-
-def _image_records(mirror: Mirror, name: str) -> dict[str, bytes]:
-    """Each image record the images stage wrote (``images/<engine>.json``)."""
-    d = mirror.bundle_dir(name) / "images"
-    return {p.stem: p.read_bytes() for p in sorted(d.glob("*.json"))
-            if p.is_file() and not p.is_symlink()} if d.is_dir() else {}
 
 
 def _next_version(mirror: Mirror, name: str) -> tuple[int, str | None]:
@@ -129,27 +122,6 @@ def sign_model(
     return SignedModel(sig, manifest)
 
 
-def bundle_manifest(
-    mirror: Mirror, art: ArtifactRecord, *, rehash: bool = False, workers: int | None = None,
-    progress: Progress | None = None,
-) -> OmsManifest:
-    """The OMS manifest of a mirrored artifact, from recorded digests or by re-hashing."""
-    files = [f for f in art.files
-             if not any(f.path == g or f.path.startswith(g + "/") for g in GIT_IGNORED_PATHS)]
-    for f in files:
-        if not mirror.has_object(f.sha256, f.size):
-            raise MirrorError(f"{art.repo}: object for {f.path} ({f.sha256}) is missing or "
-                              "has the wrong size", hint="pull the bundle again")
-    if rehash:
-        paths = {mirror.object_path(f.sha256): f for f in files}
-        actual = hash_files(paths, workers=workers, progress=progress)
-        bad = [f"{paths[p].path}: recorded {paths[p].sha256}, object hashes to {d}"
-               for p, d in actual.items() if d != paths[p].sha256]
-        if bad:
-            raise VerificationError(f"{art.repo}: mirror objects changed: " + "; ".join(bad))
-    return OmsManifest.build(art.repo, [(f.path, f.sha256) for f in files], allow_symlinks=True)
-
-
 def _read_scan(mirror: Mirror, name: str) -> tuple[ScanReport | None, bytes | None]:
     raw = mirror.read_bundle_file(name, SCAN_REPORT)
     if raw is None:
@@ -204,7 +176,7 @@ def sign_bundle(
     statements.append(scan_result(rec, roots, report, report_sha or "", now))
     statements.append(pair_binding(rec, roots, now))
     envelopes = [sign_statement(st, keys) for st in statements]
-    images = _image_records(mirror, name)
+    images = bundle_image_bytes(mirror, name)
     with mirror.lock():
         version, previous = _next_version(mirror, name)
         vrel = versions.version_rel(version)

@@ -23,9 +23,9 @@ from specbundle.attest import (
     SLSA_PROVENANCE_V1,
     SPECBUNDLE_URI,
     Statement,
-    Subject,
-    artifact_subjects,
 )
+from specbundle.attest.manifest import spec_sha256
+from specbundle.attest.mirrored import subjects_for
 from specbundle.attest.predicates import SCAN_CONFIGURATION_V1
 from specbundle.record import ArtifactRecord, BundleRecord
 from specbundle.scan.findings import ScanReport
@@ -36,7 +36,6 @@ __all__ = [
     "jsonable",
     "pair_binding",
     "scan_result",
-    "subjects_for",
 ]
 
 #: Files whose digests decide whether draft and target speak the same tokens.
@@ -53,11 +52,6 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
     return value
-
-
-def subjects_for(art: ArtifactRecord, root: str) -> tuple[Subject, Subject]:
-    """OMS root digest + commit subjects of one artifact."""
-    return artifact_subjects(art.repo, root, art.commit, art.commit_kind)
 
 
 def fetch_provenance(rec: BundleRecord, art: ArtifactRecord, root: str) -> Statement:
@@ -128,7 +122,8 @@ def scan_result(
                            "digest": {"sha256": report_sha256}}],
         "passedTests": [] if failed or warned else ["scan:all-checks"],
         "warnedTests": warned, "failedTests": failed, "timeCreated": now,
-        "specbundle_scan": {"reportSha256": report_sha256, "failOn": report.fail_on.value,
+        "specbundle_scan": {"reportSha256": report_sha256, "specSha256": spec_sha256(rec.spec),
+                            "failOn": report.fail_on.value,
                             "counts": report.counts(), "scannedAt": report.scanned_at,
                             "toolVersion": report.tool_version},
     }
@@ -160,7 +155,7 @@ def pair_binding(rec: BundleRecord, roots: Mapping[str, str], now: str) -> State
         "tokenizer": {"digest": main_tok, "target": tok_t, "draft": tok_d,
                       "draftMatchesTarget": bool(tok_d) and all(
                           tok_t.get(p) == d for p, d in tok_d.items())},
-        "speculative": jsonable(spec_spec),
+        "speculative": jsonable(spec_spec), "specSha256": spec_sha256(rec.spec),
         "timeCreated": now, "toolVersion": __version__,
     }
     subjects = [s for art in rec.artifacts for s in subjects_for(art, roots[art.role])]

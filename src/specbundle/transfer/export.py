@@ -22,11 +22,11 @@ from specbundle import _faults
 from specbundle._fsutil import atomic_write_bytes, atomic_write_json
 from specbundle.attest import SigningKey, sign_statement
 from specbundle.attest.manifest import parse_manifest_unverified
+from specbundle.attest.mirrored import subjects_for
 from specbundle.digest import sha256_bytes
 from specbundle.errors import MirrorError, UsageError, VerificationError
 from specbundle.mirror import Mirror, utc_now, versions
 from specbundle.mirror.versions import model_sig_rel
-from specbundle.sign.statements import subjects_for
 from specbundle.strict import loads_json
 from specbundle.transfer.chunks import CHUNK_DIR, ChunkWriter, read_blocks
 from specbundle.transfer.index import INDEX_FILE, Part, TransferIndex

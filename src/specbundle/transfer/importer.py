@@ -86,7 +86,8 @@ class ImportResult:
     version: int
     status: Literal["imported", "unchanged"]
     index_sha256: str
-    verified: VerifiedBundle | None
+    #: this run's verification (None when the set was already in: nothing was verified)
+    verification: VerificationReport | None
 
 
 def _index_revocations(idx: TransferIndex, policy: TrustPolicy) -> tuple[
@@ -459,7 +460,7 @@ def _import_locked(src: Path, mirror: Mirror, policy: TrustPolicy, idx: Transfer
                                     f"{cur}, this set carries version {verified.version}")
         _commit(staging, mirror, idx, index_bytes, verified, revocations)
     shutil.rmtree(staging.root, ignore_errors=True)
-    return ImportResult(idx.bundle, idx.version, "imported", digest, verified)
+    return ImportResult(idx.bundle, idx.version, "imported", digest, verified.report)
 
 
 def _index_repos(index_bytes: bytes) -> set[str]:

@@ -35,11 +35,16 @@ from specbundle.attest import (
     read_attestations,
 )
 from specbundle.attest.manifest import BundleManifest
+from specbundle.attest.mirrored import subjects_for
+from specbundle.attest.statement import Subject
+from specbundle.bundle import Bundle
 from specbundle.digest import sha256_bytes
 from specbundle.errors import BundleNotFound, SpecbundleError, UsageError, VerificationError
+from specbundle.image_record import ENGINE_NAME, image_record_path
 from specbundle.mirror import Mirror, utc_now, versions
 from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
-from specbundle.record import ArtifactRecord, BundleRecord
+from specbundle.record import ArtifactRecord
+from specbundle.schedule import TunedSchedule, read_bound_schedule
 from specbundle.spec import BundleSpec, parse_spec
 from specbundle.verify.attestations import ArtifactRef, evaluate_attestations
 from specbundle.verify.diff import Problem, ProblemKind
@@ -105,20 +110,21 @@ class VerificationReport:
 
 
 @dataclass(frozen=True)
-class VerifiedBundle:
+class VerifiedBundle(Bundle):
     """A bundle version that passed :func:`verify_bundle`; cannot be built anywhere else.
 
-    Everything here comes from the signed manifest, never from ``bundle.json``: later stages
-    (render, bench, admit, audit) take this object instead of re-reading the record by name.
+    Everything here comes from the signed manifest, never from ``bundle.json``, and every
+    accessor reads only bytes the manifest (or a statement verification counted) signs, as
+    they are read: later stages (render, bench, tune, images, admit) take this value instead
+    of re-reading anything by name.
     """
 
-    record: BundleRecord
-    spec: BundleSpec
     manifest: BundleManifest
-    paths: Mapping[str, Path]
     report: VerificationReport
+    policy: TrustPolicy
     _token: object = field(repr=False, compare=False)
-    #: digests of tuned schedules bound by tune statements that eligible keys signed
+    #: digests of the tuned schedules bound by the latest tune statement per engine that
+    #: eligible keys signed
     tuned_schedules: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -126,9 +132,9 @@ class VerifiedBundle:
             raise TypeError("VerifiedBundle is only created by specbundle.verify.verify_bundle")
 
     @property
-    def name(self) -> str:
-        """The bundle name."""
-        return self.record.name
+    def signed(self) -> bool:
+        """Always: the value exists only after a passing verification."""
+        return True
 
     @property
     def roots(self) -> dict[str, str]:
@@ -144,6 +150,52 @@ class VerifiedBundle:
     def version(self) -> int:
         """The bundle version."""
         return self.manifest.version
+
+    def custody(self) -> dict[str, Any]:
+        """The verified version and the policy it passed."""
+        return {"signed": True, "source": f"signed version {self.version} of {self.name!r}",
+                "version": self.version, "manifest_sha256": self.manifest_digest,
+                "policy_sha256": self.report.policy_digest}
+
+    def subjects(self) -> list[Subject]:
+        """The signed manifest, then each artifact's signed root and commit."""
+        out = [Subject(f"specbundle:bundle/{self.name}/manifest",
+                       {"sha256": self.manifest_digest})]
+        for art in self.record.artifacts:
+            out += list(subjects_for(art, self.roots[art.role]))
+        return out
+
+    def image_engines(self) -> tuple[str, ...]:
+        """Engines whose image record digest the manifest signs."""
+        return tuple(sorted(self.manifest.images))
+
+    def image_record_bytes(self, engine: str) -> bytes | None:
+        """The copy stored with this signed version, only if it still hashes as signed.
+
+        Raises:
+            VerificationError: missing, changed since verification, or a bad engine name.
+        """
+        want = self.manifest.images.get(engine)
+        if want is None:
+            return None
+        if not ENGINE_NAME.fullmatch(engine):
+            raise VerificationError(f"signed manifest names an invalid engine {engine[:40]!r}")
+        return versions.read_signed_file(self.mirror, self.name, self.version,
+                                         image_record_path(engine), want)
+
+    def image_digests(self) -> frozenset[str]:
+        """The signed record digests and the archives those signed records name."""
+        archives = {r.archive_sha256 for r in self.image_records().values()}
+        return frozenset(self.manifest.images.values()) | archives
+
+    def tuned_schedule(self, engine: str) -> TunedSchedule | None:
+        """The schedule file, only if its bytes are the ones verification found bound."""
+        return read_bound_schedule(self.mirror, self.name, engine, self.tuned_schedules)
+
+    def _unnamed_prompts(self, rel: str, path: Path) -> bytes:
+        raise VerificationError(
+            f"prompts file {rel!r} is not covered by the signed record (a bundle pulled before "
+            "records named the prompts' digest)", hint="pull and sign the bundle again")
 
 
 class BundleVerificationFailed(VerificationError):
@@ -268,14 +320,14 @@ def verify_bundle(
             for a in rec.artifacts if a.role in roots}
     att_problems, signers, schedules = evaluate_attestations(envs, policy, name, refs,
                                                   now or datetime.now(UTC), all_revoked,
-                                                  man.scan_report_sha256)
+                                                  man.scan_report_sha256, man.spec_sha256)
     problems += att_problems
     report = VerificationReport(name, policy.digest, utc_now(), roots, model_signers, signers,
                                 files, nbytes, tuple(problems), on_write)
     if problems or spec is None:
         raise BundleVerificationFailed(report)
     paths: dict[str, Path] = {a.role: mirror.snapshot_dir(a.repo, a.commit) for a in rec.artifacts}
-    return VerifiedBundle(rec, spec, man, paths, report, _TOKEN, schedules)
+    return VerifiedBundle(mirror, rec, spec, paths, man, report, policy, _TOKEN, schedules)
 
 
 def _failed(name: str, policy: TrustPolicy, problems: list[Problem]

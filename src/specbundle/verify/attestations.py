@@ -71,6 +71,24 @@ def _other_bundle(st_type: str, predicate: Mapping[str, Any], bundle: str,
     return None if named == bundle else f"a {KIND_BY_PREDICATE[st_type]} is for bundle {named!r}"
 
 
+def _other_spec(st_type: str, predicate: Mapping[str, Any], spec_sha: str | None) -> str | None:
+    """Why an approval that names a spec does not approve this version's signed spec.
+
+    Statements made before approvals named the spec name none; they still count, and the
+    manifest itself must carry the designated approvers' signatures (manifest_check).
+    """
+    if st_type == PAIR_BINDING_V1:
+        named = predicate.get("specSha256")
+    elif st_type == SCAN_RESULT:
+        sc = predicate.get("specbundle_scan")
+        named = sc.get("specSha256") if isinstance(sc, dict) else None
+    else:
+        return None
+    if spec_sha is None or named is None or named == spec_sha:
+        return None
+    return f"a {KIND_BY_PREDICATE[st_type]} approves another spec ({str(named)[:16]}…)"
+
+
 def _open_all(envs: Sequence[Envelope], policy: TrustPolicy) -> tuple[
         list[CheckedStatement], list[Problem]]:
     checked: list[CheckedStatement] = []
@@ -98,7 +116,7 @@ def _open_all(envs: Sequence[Envelope], policy: TrustPolicy) -> tuple[
 
 def _evaluate(req: Requirement, art: ArtifactRef, bundle: str, policy: TrustPolicy,
               stmts: list[CheckedStatement], now: datetime, revoked: Mapping[str, str],
-              scan_sha: str | None) -> Problem | None:
+              scan_sha: str | None, spec_sha: str | None = None) -> Problem | None:
     fresh: set[str] = set()
     stale: set[str] = set()
     notes: list[str] = []
@@ -112,8 +130,8 @@ def _evaluate(req: Requirement, art: ArtifactRef, bundle: str, policy: TrustPoli
         if art.commit not in commits:
             notes.append(f"a statement names commit(s) {sorted(commits)}, not {art.commit}")
             continue
-        why = _other_bundle(st.predicate_type, st.predicate, bundle, scan_sha) or _failing(
-            st.predicate_type, st.predicate)
+        why = _other_bundle(st.predicate_type, st.predicate, bundle, scan_sha) or _other_spec(
+            st.predicate_type, st.predicate, spec_sha) or _failing(st.predicate_type, st.predicate)
         if gone := sorted(cs.signers & revoked.keys()):
             notes += [f"key {fp[:16]}… {revoked[fp]}" for fp in gone]
         if why:
@@ -170,14 +188,15 @@ def _binding_problems(stmts: list[CheckedStatement], arts: Mapping[str, Artifact
 def evaluate_attestations(
     envs: Sequence[Envelope], policy: TrustPolicy, bundle: str,
     arts: Mapping[str, ArtifactRef], now: datetime, revoked: Mapping[str, str] | None = None,
-    scan_sha: str | None = None,
+    scan_sha: str | None = None, spec_sha: str | None = None,
 ) -> tuple[list[Problem], dict[str, dict[str, list[str]]], frozenset[str]]:
     """Problems, trusted signers per statement kind and role (for the verified result), and
     the tuned schedules eligible keys bound (see :func:`_bound_schedules`)."""
     stmts, problems = _open_all(envs, policy)
     for req in policy.requirements:
         for art in arts.values():
-            p = _evaluate(req, art, bundle, policy, stmts, now, revoked or {}, scan_sha)
+            p = _evaluate(req, art, bundle, policy, stmts, now, revoked or {}, scan_sha,
+                          spec_sha)
             if p is not None:
                 problems.append(p)
     problems += _binding_problems(stmts, arts, bundle)
@@ -198,12 +217,14 @@ def _bound_schedules(stmts: list[CheckedStatement], policy: TrustPolicy, bundle:
 
     A tune statement binds its schedule only if it names every artifact's signed root (this
     very bundle version) and a key signed it whose scope covers the bundle and all its repos
-    and that is not revoked: a key trusted for another bundle cannot retune this one.
+    and that is not revoked: a key trusted for another bundle cannot retune this one. Only the
+    latest such statement per engine (log order) counts: a superseded schedule copied back
+    into the mirror is bound by nothing.
     """
     repos = tuple(a.repo for a in arts.values())
     eligible = {k.fingerprint for k in policy.keys
                 if k.may_sign_all(repos, bundle) and k.fingerprint not in revoked}
-    out: set[str] = set()
+    latest: dict[str, str] = {}
     for cs in stmts:
         st = cs.statement
         if st.predicate_type != TUNE_SCHEDULE_V1 or not cs.signers & eligible or not arts:
@@ -212,5 +233,5 @@ def _bound_schedules(stmts: list[CheckedStatement], policy: TrustPolicy, bundle:
             continue
         digest = schedule_digest(st.predicate.get("schedule"))
         if digest is not None:
-            out.add(digest)
-    return frozenset(out)
+            latest[str(st.predicate.get("engine"))] = digest
+    return frozenset(latest.values())

@@ -86,4 +86,20 @@ def open_manifest(
         why = "; ".join(cs.check.problems) or "not signed by enough eligible policy keys"
         problems.append(Problem("unmet-threshold" if cs.signers else "unknown-signature", who,
                                 why, f"{need} eligible signer(s)", str(len(eligible))))
+    elif not problems:
+        problems += _designated_problems(policy, frozenset(eligible))
     return (None if problems else man), frozenset(eligible), problems
+
+
+def _designated_problems(policy: TrustPolicy, eligible: frozenset[str]) -> list[Problem]:
+    """Each requirement that names its approvers (``signers:``) must hold for the manifest as
+    a whole: the spec (K, thresholds, engine arguments) changes only with their signatures,
+    never with other in-scope keys alone."""
+    out: list[Problem] = []
+    for req in policy.requirements:
+        got = len(eligible & req.signers)
+        if req.designated and got < req.threshold:
+            out.append(Problem("unmet-threshold", "manifest", f"the {req.kind} approvers "
+                               "named by the policy must sign the manifest (spec included)",
+                               f"{req.threshold} of them", str(got)))
+    return out

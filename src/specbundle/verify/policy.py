@@ -132,6 +132,8 @@ class Requirement:
     threshold: int
     signers: frozenset[str]
     max_age: timedelta | None
+    #: ``signers:`` named in the policy: these approvers must also sign the manifest itself
+    designated: bool = False
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,8 @@ def _build(p: _Policy, digest: str, source: str) -> TrustPolicy:
             raise ValueError(f"require.{kind}: threshold {r.threshold} exceeds the "
                              f"{len(signers)} eligible signer(s)")
         age = parse_duration(r.max_age) if r.max_age else default_age
-        reqs.append(Requirement(kind, PREDICATE_BY_KIND[kind], r.threshold, signers, age))
+        reqs.append(Requirement(kind, PREDICATE_BY_KIND[kind], r.threshold, signers, age,
+                                r.signers is not None))
     return TrustPolicy(tuple(keys.values()), _resolve(p.model_signers, keys, "model_signers"),
                        tuple(reqs), digest, source,
                        {r.fingerprint: f"revoked by the trust policy: {r.reason}"

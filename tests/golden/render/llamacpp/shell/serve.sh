@@ -24,7 +24,7 @@ port="${SPECBUNDLE_PORT:-8080}"
 
 for path in /srv/specbundle/mirror/bundles/llama-pair/render/models/target /srv/specbundle/mirror/bundles/llama-pair/render/models/draft; do
   if [ ! -e "$path" ]; then
-    echo "serve.sh: $path is missing; is the mirror at /srv/specbundle/mirror present?" >&2
+    echo "serve.sh: $path is missing; is the mirror at "/srv/specbundle/mirror" present?" >&2
     exit 66
   fi
 done
@@ -34,7 +34,7 @@ case "${SPECBUNDLE_SPECULATION:-1}" in
     exec "$bin" \
       --model /srv/specbundle/mirror/bundles/llama-pair/render/models/target/model.gguf \
       --alias llama-pair \
-      --ctx-size 4096 \
+      --ctx-size 2048 \
       --parallel 4 \
       --n-gpu-layers 99 \
       --flash-attn on \
@@ -46,7 +46,7 @@ case "${SPECBUNDLE_SPECULATION:-1}" in
     exec "$bin" \
       --model /srv/specbundle/mirror/bundles/llama-pair/render/models/target/model.gguf \
       --alias llama-pair \
-      --ctx-size 4096 \
+      --ctx-size 2048 \
       --parallel 4 \
       --n-gpu-layers 99 \
       --flash-attn on \

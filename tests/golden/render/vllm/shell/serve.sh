@@ -24,7 +24,7 @@ port="${SPECBUNDLE_PORT:-8000}"
 
 for path in /srv/specbundle/mirror/bundles/llama-pair/render/models/target /srv/specbundle/mirror/bundles/llama-pair/render/models/draft; do
   if [ ! -e "$path" ]; then
-    echo "serve.sh: $path is missing; is the mirror at /srv/specbundle/mirror present?" >&2
+    echo "serve.sh: $path is missing; is the mirror at "/srv/specbundle/mirror" present?" >&2
     exit 66
   fi
 done

@@ -8,19 +8,21 @@ content-addressed object in the mirror; its digest is also listed in the bundle 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from specbundle._fsutil import canonical_json
 from specbundle.digest import is_sha256, sha256_bytes
 from specbundle.errors import MirrorError, VerificationError
-from specbundle.mirror import Mirror, versions
+from specbundle.mirror import Mirror
 from specbundle.strict import loads_json
 
-__all__ = ["IMAGE_RECORD_SCHEMA", "ImageRecord", "image_record_path", "read_image_records"]
+__all__ = ["ENGINE_NAME", "IMAGE_RECORD_SCHEMA", "ImageRecord", "bundle_image_bytes",
+           "image_record_path", "parse_image_record", "read_image_records"]
 
 IMAGE_RECORD_SCHEMA = "https://specbundle.dev/image-record/v1"
+#: What an engine name in an image record path may look like.
+ENGINE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 
 
 def image_record_path(engine: str) -> str:
@@ -78,6 +80,8 @@ class ImageRecord:
         """Inverse of :meth:`to_json`; refuses an unknown schema."""
         if d.get("schema") != IMAGE_RECORD_SCHEMA:
             raise MirrorError(f"unknown image record schema {d.get('schema')!r}")
+        if not isinstance(d.get("repo_digest"), str | None):
+            raise MirrorError("image record is malformed: repo_digest is not a string")
         try:
             return cls(
                 engine=str(d["engine"]), reference=str(d["reference"]),
@@ -91,52 +95,45 @@ class ImageRecord:
             raise MirrorError(f"image record is malformed: {err}") from err
 
 
-def read_image_records(mirror: Mirror, name: str, *, signed_version: int | None = None,
-                       signed_digests: Mapping[str, str] | None = None,
-                       ) -> dict[str, ImageRecord]:
-    """All image records of a bundle, by engine (empty when none were saved).
-
-    With ``signed_version`` and ``signed_digests`` (a verified manifest's ``version`` and
-    ``images``), only the records stored with that signed version are read, each checked
-    against its signed digest as it is read: the bundle-level ``images/`` folder is unsigned,
-    so on the isolated side it must never name the image that runs. Without them (connected
-    side), the bundle-level records.
+def parse_image_record(raw: bytes, engine: str) -> ImageRecord:
+    """One record's bytes, parsed strictly (duplicate keys refused) for ``engine``.
 
     Raises:
-        VerificationError: a signed record is missing or its bytes differ from the signed ones.
+        MirrorError: unreadable, of another schema, or naming another engine.
     """
-    if signed_version is not None:
-        return _signed_records(mirror, name, signed_version, signed_digests or {})
-    out: dict[str, ImageRecord] = {}
-    folder = mirror.bundle_dir(name) / "images"
-    for path in sorted(folder.glob("*.json")):
-        try:
-            data = loads_json(path.read_bytes(), what=f"image record {path.name}")
-        except (OSError, ValueError) as err:
-            raise VerificationError(f"image record {path} is unreadable: {err}") from err
-        rec = ImageRecord.from_json(data)
-        if rec.engine != path.stem:
-            raise VerificationError(f"image record {path} names engine {rec.engine!r}")
-        out[rec.engine] = rec
-    return out
+    if not ENGINE_NAME.fullmatch(engine):
+        raise MirrorError(f"invalid engine name {engine[:40]!r} for an image record")
+    try:
+        doc = loads_json(raw, what=f"image record {engine}")
+    except ValueError as err:  # MalformedDocument is a ValueError
+        raise MirrorError(f"image record for {engine} is unreadable: {err}") from None
+    if not isinstance(doc, dict):
+        raise MirrorError(f"image record for {engine} is not a JSON object")
+    rec = ImageRecord.from_json(doc)
+    if rec.engine != engine:
+        raise MirrorError(f"image record for {engine} names engine {rec.engine!r}")
+    return rec
 
 
-_ENGINE = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+def bundle_image_bytes(mirror: Mirror, name: str) -> dict[str, bytes]:
+    """Engine -> bytes of the bundle-level (unsigned, connected-side) image records."""
+    d = mirror.bundle_dir(name) / "images"
+    return {p.stem: p.read_bytes() for p in sorted(d.glob("*.json"))
+            if p.is_file() and not p.is_symlink()} if d.is_dir() else {}
 
 
-def _signed_records(mirror: Mirror, name: str, version: int,
-                    digests: Mapping[str, str]) -> dict[str, ImageRecord]:
-    out: dict[str, ImageRecord] = {}
-    for engine, want in sorted(digests.items()):
-        if not _ENGINE.fullmatch(engine):
-            raise VerificationError(f"signed manifest names an invalid engine {engine[:40]!r}")
-        raw = versions.read_signed_file(mirror, name, version, image_record_path(engine), want)
-        try:
-            rec = ImageRecord.from_json(loads_json(raw, what=f"image record {engine}"))
-        except (ValueError, AttributeError) as err:  # MalformedDocument is a ValueError
-            raise VerificationError(f"signed image record for {engine} is unusable: {err}"
-                                    ) from None
-        if rec.engine != engine:
-            raise VerificationError(f"signed image record for {engine} names {rec.engine!r}")
-        out[engine] = rec
-    return out
+def read_image_records(mirror: Mirror, name: str) -> dict[str, ImageRecord]:
+    """The bundle-level image records, by engine (connected side: save, ls, audit).
+
+    These files are unsigned; a stage that acts on an image takes it from a
+    :class:`~specbundle.bundle.Bundle` instead, whose verified form reads only the copies
+    stored with the signed version.
+
+    Raises:
+        VerificationError: a record is unreadable or names another engine.
+    """
+    try:
+        return {e: parse_image_record(raw, e)
+                for e, raw in bundle_image_bytes(mirror, name).items()}
+    except MirrorError as err:
+        raise VerificationError(err.message) from None

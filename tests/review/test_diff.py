@@ -1,0 +1,138 @@
+"""Real changes between real signed versions each show up, marked where they matter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from specbundle.review import DiffReport, diff_bundle, diff_schema
+from specbundle.review.diff import _spec_changes
+from specbundle.transfer import export_bundle
+from specbundle.verify import load_policy
+from tests.clihelp import run_cli
+from tests.review.builders import Versions
+from tests.sign.helpers import make_model
+
+SCHEMA = Path(__file__).parents[2] / "manifests" / "schemas" / "bundle-diff.schema.json"
+
+
+@pytest.fixture
+def v(tmp_path: Path) -> Versions:
+    out = Versions(tmp_path)
+    out.sign()
+    return out
+
+
+def _by_path(rep: DiffReport) -> dict[str, object]:
+    return {c.path: c for c in rep.changes}
+
+
+def test_spec_only_change_is_runtime(v: Versions) -> None:
+    v.sign(k=7, extra_args=("--enforce-eager",))
+    rep = diff_bundle(v.mirror, "pair")
+    assert rep.old.version == 1 and rep.new.version == 2
+    paths = _by_path(rep)
+    k = paths["speculative.num_speculative_tokens"]
+    assert (k.before, k.after, k.runtime) == ("4", "7", True)  # type: ignore[attr-defined]
+    assert paths["engines.vllm.extra_args"].runtime  # type: ignore[attr-defined]
+    assert not [c for c in rep.changes if c.area in ("file", "artifact")]
+    assert rep.behaviour_changed
+
+
+def test_threshold_lowered_is_gate_and_loosens(v: Versions) -> None:
+    v.sign(min_ratio=0.9)
+    c = _by_path(diff_bundle(v.mirror, "pair"))["admission.min_throughput_ratio_lower_bound"]
+    assert c.gate and not c.runtime  # type: ignore[attr-defined]
+    assert c.note == "loosens the gate"  # type: ignore[attr-defined]
+
+
+def test_swapped_draft_of_equal_size(v: Versions) -> None:
+    make_model(v.draft, seed=555)  # same shapes, other weights
+    v.sign()
+    rep = diff_bundle(v.mirror, "pair")
+    paths = _by_path(rep)
+    w = paths["draft:model.safetensors"]
+    assert w.kind == "changed" and w.runtime  # type: ignore[attr-defined]
+    assert "same size, different bytes" in w.note  # type: ignore[attr-defined]
+    assert w.before.split()[0] == w.after.split()[0]  # type: ignore[attr-defined]
+    assert "draft.commit" in paths and "target:model.safetensors" not in paths
+
+
+def test_new_file_and_changed_template(v: Versions) -> None:
+    (v.target / "added_tokens.json").write_text('{"<x>": 64}')
+    v.set_template("{{ messages }} changed")
+    v.sign()
+    paths = _by_path(diff_bundle(v.mirror, "pair"))
+    new = paths["target:added_tokens.json"]
+    assert new.kind == "added" and new.runtime and "tokenizer" in new.note  # type: ignore[attr-defined]
+    tpl = paths["target:tokenizer_config.json"]
+    assert "chat template changed" in tpl.note and tpl.runtime  # type: ignore[attr-defined]
+
+
+def test_transfer_set_before_import_and_trust(v: Versions, tmp_path: Path) -> None:
+    v.sign(k=5)
+    out = tmp_path / "set"
+    export_bundle(v.mirror, "pair", out, [v.key])
+    rep = diff_bundle(v.mirror, "pair", "1", str(out), policy=load_policy(v.policy_path))
+    assert rep.new.label == "transfer set set" and rep.new.version == 2
+    assert "speculative.num_speculative_tokens" in _by_path(rep)
+    man = [s for s in rep.new.signatures if s.what == "manifest"]
+    assert man and man[0].key == "release" and man[0].verified is True
+
+
+def test_tampered_transfer_set_is_refused_under_trust(
+        v: Versions, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    v.sign(k=5)
+    out = tmp_path / "set"
+    export_bundle(v.mirror, "pair", out, [v.key])
+    report = out / "bundle" / "versions" / "000002" / "scan" / "report.json"
+    report.write_bytes(report.read_bytes().replace(b'"high"', b'"critical"'))
+    code, _, err = run_cli(capsys, "diff", "pair", "1", str(out), "--mirror",
+                           str(v.mirror.root), "--trust", str(v.policy_path))
+    assert code == 3 and "not the file its signed index names" in err
+    # without a policy nothing is trusted: the diff still shows it, signatures unchecked
+    rep = diff_bundle(v.mirror, "pair", "1", str(out))
+    assert rep.new.note == "scan report differs from the one the manifest signs"
+    assert {s.verified for s in rep.new.signatures} == {None}
+
+
+def test_cli_json_schema_and_exit_7(v: Versions, capsys: pytest.CaptureFixture[str]) -> None:
+    v.sign(min_ratio=1.0)
+    mirror = str(v.mirror.root)
+    code, out, _ = run_cli(capsys, "diff", "pair", "--mirror", mirror, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
+    assert doc["summary"]["gate"] is True
+    code, out, err = run_cli(capsys, "diff", "pair", "--mirror", mirror,
+                             "--fail-on-behaviour-change")
+    assert code == 7 and "behaviour-changed" in err
+    assert "GATE" in out and "min_throughput_ratio_lower_bound" in out
+    # the same version on both sides: nothing changes, so the pipeline passes
+    code, out, _ = run_cli(capsys, "diff", "pair", "2", "current", "--mirror", mirror,
+                           "--fail-on-behaviour-change")
+    assert code == 0 and "0 change(s)" in out
+
+
+def test_published_schema_is_generated() -> None:
+    assert json.loads(SCHEMA.read_text()) == diff_schema()
+
+
+@pytest.mark.parametrize(("path", "before", "after", "says"), [
+    ("admission.min_throughput_ratio_lower_bound", "1.05", "1.2", "tightens the gate"),
+    ("admission.max_concurrency_ceiling_drop", "0.1", "0.25", "loosens the gate"),
+    ("admission.max_engine_errors", "2", "0", "tightens the gate"),
+    ("admission.require_alpha_above_c", "true", "false", "loosens the gate"),
+    ("bench.rounds", "4", "2", ""),
+])
+def test_threshold_direction(path: str, before: str, after: str, says: str) -> None:
+    (c,) = _spec_changes({"x": 0} | _nested(path, before), {"x": 0} | _nested(path, after))
+    assert c.note == says and c.gate and not c.runtime
+
+
+def _nested(path: str, value: str) -> dict[str, object]:
+    head, _, leaf = path.partition(".")
+    return {head: {leaf: json.loads(value)}}

@@ -1,0 +1,53 @@
+"""What the review page is built from, without a browser: defaults and the decision block."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specbundle.pull import pull_bundle
+from specbundle.review import diff_bundle
+from specbundle.review.page import build_review, render_review_html
+from specbundle.spec import load_spec
+from specbundle.transfer import export_bundle
+from specbundle.verify import load_policy
+from tests.review.builders import Versions
+
+
+def test_working_record_before_sign_against_current(tmp_path: Path) -> None:
+    v = Versions(tmp_path)
+    v.sign()
+    spec = (tmp_path / "pair.yaml").read_text().replace('"num_speculative_tokens": 4',
+                                                        '"num_speculative_tokens": 9')
+    (tmp_path / "pair.yaml").write_text(spec)
+    pull_bundle(load_spec(tmp_path / "pair.yaml"), v.mirror)  # pulled, not yet signed
+    r = build_review(v.mirror, "pair", version="working", policy=load_policy(v.policy_path))
+    assert r.against is not None and r.against.label == "pair v1"
+    assert r.diff is not None and r.approval is None
+    topics = {d.topic: d for d in r.decisions}
+    assert topics["changes"].tone == "attention" and "1 alter what runs" in topics["changes"].text
+    assert "not evaluated" in topics["approvals"].text
+    assert "none: this version is not signed" in render_review_html(r)
+
+
+def test_transfer_set_before_import_against_current(tmp_path: Path) -> None:
+    v = Versions(tmp_path)
+    v.sign()
+    v.sign(min_ratio=0.5)
+    export_bundle(v.mirror, "pair", tmp_path / "set", [v.key])
+    r = build_review(v.mirror, "pair", version=str(tmp_path / "set"))
+    assert r.against is not None and r.against.label == "pair v2" and r.diff is not None
+    assert r.diff.changes == []  # the set carries exactly the current version
+
+
+def test_another_bundle_and_hidden_characters(tmp_path: Path) -> None:
+    v = Versions(tmp_path)
+    v.sign()
+    other = Versions(tmp_path / "o", name="other")
+    other.mirror = v.mirror
+    other.sign(k=3, model_name="evil\x1b[2J\u202ename")
+    rep = diff_bundle(v.mirror, "pair", "current", "other@1")
+    paths = {c.path: c for c in rep.changes}
+    assert paths["metadata.name"].after == '"other"'
+    desc = paths["metadata.description"].after
+    assert desc is not None and "\x1b" not in desc and "\u202e" not in desc
+    assert paths["speculative.num_speculative_tokens"].runtime
