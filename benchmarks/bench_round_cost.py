@@ -26,6 +26,7 @@ from bench_measurement import _binary, spinner  # type: ignore[import-not-found]
 
 from specbundle.bench import BenchOptions, run_bench
 from specbundle.bench.verdict import bench_decision
+from specbundle.bundle import read_unsigned
 from specbundle.mirror import Mirror
 from specbundle.pull import pull_bundle
 from specbundle.spec import parse_spec
@@ -66,7 +67,7 @@ def main() -> int:
             load = spinner(seed=1) if a.load else contextlib.nullcontext()
             t0 = time.monotonic()
             with load:
-                report = run_bench(mirror, name, options=BenchOptions(
+                report = run_bench(read_unsigned(mirror, name), options=BenchOptions(
                     binary=binary, time_budget_s=a.budget))
             total = time.monotonic() - t0
             phases: dict[str, float] = report.server.get("phase_seconds", {})

@@ -15,6 +15,7 @@ import pytest
 
 from specbundle.admit import evaluate
 from specbundle.bench import BenchOptions, run_bench
+from specbundle.bundle import read_unsigned
 from specbundle.spec import AdmissionThresholds
 from specbundle.synth import SynthPair
 from tests._engine import llama_server, spec_args
@@ -37,9 +38,9 @@ def test_lossless_speculation_passes_and_a_changed_path_fails(
         base_url = start(pair.target.gguf, [], "base.log")
         spec_url = start(pair.target.gguf, spec_args(pair.draft.gguf, n_max=8), "spec.log")
         changed_url = start(bench_pairs["bad"].draft.gguf, [], "changed.log")
-        lossless = run_bench(mirror, "ties", options=BenchOptions(
+        lossless = run_bench(read_unsigned(mirror, "ties"), options=BenchOptions(
             base_url=spec_url, baseline_url=base_url, **opts))  # type: ignore[arg-type]
-        changed = run_bench(mirror, "ties", options=BenchOptions(
+        changed = run_bench(read_unsigned(mirror, "ties"), options=BenchOptions(
             base_url=changed_url, baseline_url=base_url, **opts))  # type: ignore[arg-type]
 
     t = AdmissionThresholds()
