@@ -209,3 +209,28 @@ def test_phase_clock_counts_a_launch_start_and_stop() -> None:
     with clock.up(server(), "base") as url, clock.timed("measure:base"):
         assert url == "http://127.0.0.1:1"
     assert clock.phases["launch:base"] >= 0.02 and "measure:base" in clock.rounded()
+
+
+def test_a_settled_alpha_below_c_stops_the_rounds_and_rejects(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """α ≤ c settled (the api's check, here a stand-in) ends the rounds at the first look
+    however noisy the ratio; the report rejects and says why, never inconclusive."""
+    from specbundle.bench.verdict import bench_decision
+
+    seen: list[int] = []
+    runner = _runner(_spec(4), _flat, monkeypatch, seen)
+    calls: list[int] = []
+
+    def settled(raw: Any) -> str | None:
+        calls.append(len(raw.round_order))
+        return "α ≤ c settled at concurrency 1: acceptance α 0.100 is not above 0.300"
+
+    runner.settled = settled
+    report = _report(runner)
+    st = report.stopping
+    assert st is not None and (st.reason, st.rounds) == ("settled", 4) and calls == [8]
+    assert any(n.startswith("α ≤ c settled") for n in report.notes)
+    gate = evaluate(report, runner.spec.admission)
+    crit = next(c for c in gate.criteria if c.name == "throughput_ratio")
+    assert crit.measured == "settled" and not gate.inconclusive
+    assert bench_decision(report)[0] == "REJECTED"

@@ -29,7 +29,7 @@ from specbundle.bench.runner import ArmData, RawRun
 from specbundle.bench.sglang_meta import chain_only
 from specbundle.bench.verifycost import VerifyCost, verify_cost
 
-__all__ = ["AnalysisInputs", "analyse_levels", "ceiling", "validity"]
+__all__ = ["AnalysisInputs", "alpha_c_settled", "analyse_levels", "ceiling", "validity"]
 
 _REPETITION_FLOOR = 0.3  # distinct char 4-gram ratio below this = a repetition loop
 
@@ -341,3 +341,20 @@ def validity(raw: RawRun, inp: AnalysisInputs) -> Validity:
         spec_counters_moved=moved, base_counters_flat=flat, problems=tuple(problems),
         agreement=floor,
     )
+
+
+def alpha_c_settled(raw: RawRun, c: int, confidence: float) -> str | None:
+    """Why α ≤ c is settled at concurrency ``c`` so far, else ``None`` (the rule's futility).
+
+    α comes from the engine's counters over every measured window (thousands of tokens:
+    precise), c from its paired interval; once α is not above c's *lower* bound, more
+    rounds cannot make α > c hold, and the gate's α > c criterion cannot pass.
+    """
+    ci = checks.draft_cost_ci(raw, c, confidence)
+    alpha = acceptance(raw.engine, raw.spec.deltas.get(c, []), raw.spec.runs.get(c, []),
+                       raw.spec.props).alpha
+    if ci is None or alpha is None or alpha > ci.low:
+        return None
+    return (f"α ≤ c settled at concurrency {c}: acceptance α {alpha:.3f} is not above the draft "
+            f"cost c's lower bound {ci.low:.3f} ({ci.ratio:.3f}, {ci.n_base} pairs): no draft "
+            "length can pay, so the rounds stop and admission rejects")

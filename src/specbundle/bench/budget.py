@@ -15,10 +15,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from specbundle.bench import stats
+from specbundle.bench.report import Stopping, StopReason
 from specbundle.spec import BundleSpec
 
 __all__ = ["LAUNCH_ALLOWANCE_S", "Mark", "OutOfTime", "PhaseClock", "default_time_budget",
-           "marks", "rollback"]
+           "marks", "rollback", "stopping"]
 
 #: Seconds allowed per arm launch of the spec's minimum design in the default time budget.
 LAUNCH_ALLOWANCE_S = 120.0
@@ -116,3 +118,34 @@ class PhaseClock:
     def rounded(self) -> dict[str, float]:
         """The phases, sorted, to the millisecond (for the report's ``server`` block)."""
         return {k: round(v, 3) for k, v in sorted(self.phases.items())}
+
+
+def stopping(plan: stats.LookPlan, ci: stats.RatioCI | None, *, target: float,
+             reason: StopReason, rounds: int, budget: float, elapsed: float,
+             notes: list[str]) -> Stopping:
+    """Why and where the rounds ended, with a note for each way of ending early.
+
+    A run cut short (budget, interrupt) whose CI is already futile says so: futility is
+    non-binding, so the evidence at any stopping time may show it.
+    """
+    side = stats.ratio_side(ci, target)
+    if side == "inconclusive" and ci is not None and reason in (
+            "time_budget", "interrupted") and plan.futile(ci, target):
+        reason = "futile"
+    if reason == "futile":
+        notes.append(f"futility at P95 after {rounds} rounds: even the top of the CI could not "
+                     f"clear {target:.2f} by the last look ({plan.last} rounds) at this noise: "
+                     "rejected")
+    elif reason in ("time_budget", "interrupted"):
+        what = {"time_budget": f"time budget of {budget:.0f} s spent"}.get(reason, reason)
+        notes.append(f"{what} after {rounds} whole rounds: the evidence so far, never a pass")
+    need = stats.rounds_to_resolve(ci, target) if ci and side == "inconclusive" else None
+    if side == "inconclusive" and reason not in ("futile", "settled"):
+        notes.append(f"inconclusive at P95 after {rounds} rounds ({reason.replace('_', ' ')})"
+                     + (f": about {need} rounds per arm would resolve it at this noise" if need
+                        else ": the ratio sits on the threshold"))
+    return Stopping(
+        rule="sequential" if plan.sequential else "fixed", outcome=side, reason=reason,
+        rounds=rounds, min_rounds=plan.rounds, max_rounds=plan.max_rounds, threshold=target,
+        time_budget_s=budget, elapsed_s=elapsed, rounds_to_resolve=need, looks=plan.looks,
+        per_look_confidence=plan.per_look_confidence)

@@ -42,8 +42,10 @@ SCHEMA_ID = "https://specbundle.dev/schemas/bench-report/v1.json"
 Arm = Literal["base", "spec", "draft"]
 #: Why the rounds ended (:class:`Stopping`): ``futile`` (the CI still holds the threshold
 #: but no planned look could clear it: rejected), ``time_budget`` and ``interrupted``
-#: (SIGINT/SIGTERM) end early with the evidence so far, which is never a pass.
-StopReason = Literal["resolved", "futile", "max_rounds", "time_budget", "interrupted", "fixed"]
+#: (SIGINT/SIGTERM) end early with the evidence so far, which is never a pass; ``settled``:
+#: acceptance α is not above the draft cost c's lower bound, so no draft length can pay.
+StopReason = Literal["resolved", "futile", "settled", "max_rounds", "time_budget",
+                     "interrupted", "fixed"]
 
 
 @dataclass(frozen=True)

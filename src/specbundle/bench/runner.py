@@ -44,6 +44,7 @@ from specbundle.bench.budget import (
     default_time_budget,
     marks,
     rollback,
+    stopping,
 )
 from specbundle.bench.client import AiohttpTransport, CompletionRequest, LevelRun, run_level
 from specbundle.bench.engines import adapter_for
@@ -65,6 +66,8 @@ __all__ = ["ArmData", "BenchOptions", "Launcher", "Progress", "RawRun", "sweep_l
 Progress = Callable[[str, int, int], None]
 #: Starts one arm ("base", "spec" or "draft": the draft served alone) and yields its URL.
 Launcher = Callable[[str], AbstractContextManager[str]]
+#: At a look, the runs so far -> why α ≤ c is settled (stop and reject), else None.
+Settled = Callable[["RawRun"], str | None]
 
 
 @dataclass(frozen=True)
@@ -152,10 +155,10 @@ class RawRun:
 class _Runner:
     def __init__(self, spec: BundleSpec, engine: str, workload: Workload, opts: BenchOptions,
                  launcher: Launcher | None, can_serve_draft: bool,
-                 progress: Progress | None) -> None:
+                 progress: Progress | None, settled: Settled | None = None) -> None:
         self.spec, self.engine, self.workload, self.opts = spec, engine, workload, opts
         self.adapter = adapter_for(engine)
-        self.launcher = launcher
+        self.launcher, self.settled = launcher, settled
         self.can_serve_draft = can_serve_draft
         self.progress = progress
         b = spec.bench
@@ -300,13 +303,18 @@ class _Runner:
             for _ in range(self.opts.aa_rounds):
                 with self.server(False) as url:
                     self.measure("A/A", url, aa, reqs, levels=(self.p95,))
+        raw = self._raw(reqs, base, spec, draft, probe, order)
+        raw.stopping, raw.aa = stopping, aa
+        return raw
+
+    def _raw(self, reqs: dict[int, list[CompletionRequest]], base: ArmData, spec: ArmData,
+             draft: ArmData | None, probe: ArmData, order: list[str]) -> RawRun:
         return RawRun(
             run_id="", engine=self.engine, levels=tuple(self.levels), requests=reqs,
-            base=base, spec=spec, draft=draft, aa=aa, round_order=tuple(order),
+            base=base, spec=spec, draft=draft, aa=None, round_order=tuple(order),
             settings_equal=None, settings_note="", server={}, notes=self.notes,
-            stopping=stopping, probe=probe if probe.runs else None,
-            phases=self.clock.rounded(), ties=tuple(self.ties), tie_note=self.tie_note,
-        )
+            probe=probe if probe.runs else None, phases=self.clock.rounded(),
+            ties=tuple(self.ties), tie_note=self.tie_note)
 
     def _rounds(self, reqs: dict[int, list[CompletionRequest]], base: ArmData, spec: ArmData,
                 draft: ArmData | None, probe: ArmData, order: list[str],
@@ -321,6 +329,11 @@ class _Runner:
                                    f"{look.ci.high:.2f}] vs {self.target:.2f}")
                 if look.stop is not None:
                     return look.stop
+                why = self.settled(self._raw(reqs, base, spec, draft, probe, order)) \
+                    if self.settled is not None else None
+                if why:  # α ≤ c settled: no draft length pays, whatever the ratio's noise
+                    self.notes.append(why)
+                    return "settled"
                 pair_s = (time.monotonic() - self.t0) / r * 2
                 if time.monotonic() - self.t0 + pair_s > self.budget:
                     return "time_budget"
@@ -388,32 +401,9 @@ class _Runner:
 
     def _stopping(self, base: ArmData, spec: ArmData, rounds: int, reason: StopReason,
                   elapsed: float) -> Stopping:
-        ci = self._p95_ci(base, spec)
-        side = stats.ratio_side(ci, self.target)
-        if side == "inconclusive" and ci is not None and reason in (
-                "time_budget", "interrupted") and self.plan.futile(ci, self.target):
-            reason = "futile"  # non-binding: cut short, the evidence may already be futile
-        if reason == "futile":
-            self.notes.append(f"futility at P95 after {rounds} rounds: even the top of the CI "
-                              f"could not clear {self.target:.2f} by the last look "
-                              f"({self.plan.last} rounds) at this noise: rejected")
-        elif reason in ("time_budget", "interrupted"):
-            what = {"time_budget": f"time budget of {self.budget:.0f} s spent"}.get(reason, reason)
-            self.notes.append(f"{what} after {rounds} whole rounds: the evidence so far, "
-                              "never a pass")
-        need = stats.rounds_to_resolve(ci, self.target) if ci and side == "inconclusive" \
-            else None
-        if side == "inconclusive" and reason != "futile":
-            self.notes.append(
-                f"inconclusive at P95 after {rounds} rounds ({reason.replace('_', ' ')})"
-                + (f": about {need} rounds per arm would resolve it at this noise" if need
-                   else ": the ratio sits on the threshold"))
-        return Stopping(
-            rule="sequential" if self.plan.sequential else "fixed", outcome=side, reason=reason,
-            rounds=rounds, min_rounds=self.rounds, max_rounds=self.max_rounds,
-            threshold=self.target, time_budget_s=self.budget, elapsed_s=elapsed,
-            rounds_to_resolve=need, looks=self.plan.looks,
-            per_look_confidence=self.plan.per_look_confidence)
+        return stopping(self.plan, self._p95_ci(base, spec), target=self.target,
+                        reason=reason, rounds=rounds, budget=self.budget, elapsed=elapsed,
+                        notes=self.notes)
 
     def _draft_probe(self, base_url: str, reqs: dict[int, list[CompletionRequest]],
                      draft: ArmData, probe: ArmData) -> None:
@@ -488,11 +478,12 @@ def resolve_program(program: tuple[str, ...], env: Mapping[str, str], env_name: 
 
 def run_raw(spec: BundleSpec, engine: str, workload: Workload, opts: BenchOptions, *,
             launcher: Launcher | None, can_serve_draft: bool = False,
-            progress: Progress | None = None) -> RawRun:
+            progress: Progress | None = None, settled: Settled | None = None) -> RawRun:
     """Measure both arms (and the draft alone) and return the raw runs.
 
     ``launcher`` starts arms from the bundle's manifest; without one, the servers given by
     URL in ``opts`` are used.
     """
-    runner = _Runner(spec, engine, workload, opts, launcher, can_serve_draft, progress)
+    runner = _Runner(spec, engine, workload, opts, launcher, can_serve_draft, progress,
+                     settled)
     return runner.run()

@@ -252,6 +252,10 @@ def _c_trust(f: Figures) -> str | None:
 def _stopping(f: Figures) -> str | None:
     if f.stop_outcome != "inconclusive" or f.stop_rounds is None or f.stop_threshold is None:
         return None
+    if f.stop_reason == "settled":
+        return (f"the sequential rule stopped after {f.stop_rounds} rounds because acceptance α "
+                "was settled at or below the draft cost c: no draft length can pay, so it "
+                "rejects")
     if f.stop_reason == "futile":
         return (f"the sequential rule stopped for futility after {f.stop_rounds} rounds: even "
                 f"the top of the CI could not clear the admission threshold "
@@ -382,7 +386,7 @@ def bench_decision(report: BenchReport) -> tuple[str, str]:
     if v.outcome == "invalid":
         return "REJECTED", v.headline
     if st is not None and st.outcome != "unmeasured":
-        if st.reason == "futile" or st.outcome == "below":
+        if st.reason in ("futile", "settled") or st.outcome == "below":
             return "REJECTED", f"{v.headline}; {_why(v)}" if v.reasons else v.headline
         if st.outcome == "inconclusive":
             return "INCONCLUSIVE", f"{v.headline}; {_why(v)}" if v.reasons else v.headline
