@@ -97,8 +97,10 @@ def divergences(base: dict[int, list[LevelRun]], spec: dict[int, list[LevelRun]]
 def _top(doc: dict[str, object]) -> dict[int, float]:
     """token id -> log-probability from a ``/completion`` answer with ``n_probs``."""
     probs = doc.get("completion_probabilities")
-    if not isinstance(probs, list) or not probs or not isinstance(probs[0], dict):
+    if not isinstance(probs, list):
         raise MalformedDocument("/completion returned no completion_probabilities")
+    if not probs or not isinstance(probs[0], dict):
+        return {}
     top = probs[0].get("top_logprobs")
     if not isinstance(top, list):
         raise MalformedDocument("/completion returned no top_logprobs")
@@ -127,9 +129,13 @@ def probe_margins(url: str, divs: Sequence[Divergence], *, limit: int = 16,
             if not isinstance(got, list) or not all(isinstance(t, int) for t in got):
                 raise MalformedDocument("/tokenize returned no token ids")
             prompt_ids[d.prompt] = [int(t) for t in got]
-        doc = post("/completion", {"prompt": [*prompt_ids[d.prompt], *d.prefix], "n_predict": 1,
+        # a few tokens, not one: llama-server holds back a token that ends inside a UTF-8
+        # character, and its probabilities with it, until the character is complete
+        doc = post("/completion", {"prompt": [*prompt_ids[d.prompt], *d.prefix], "n_predict": 4,
                                    "n_probs": 2, "temperature": 0.0, "cache_prompt": False})
         top = _top(doc)
+        if not top:
+            continue  # nothing reported for this position: not probed
         margin = (top[d.base_token] - top[d.spec_token]
                   if d.base_token in top and d.spec_token in top else None)
         out.append(TieProbe(d, margin))
