@@ -386,7 +386,9 @@ def bench_decision(report: BenchReport) -> tuple[str, str]:
     if v.outcome == "invalid":
         return "REJECTED", v.headline
     if st is not None and st.outcome != "unmeasured":
-        if st.reason in ("futile", "settled") or st.outcome == "below":
+        if st.reason in ("futile", "settled"):  # the why and the rule's stop, not "no verdict"
+            return "REJECTED", "; ".join(v.reasons[:2]) if v.reasons else v.headline
+        if st.outcome == "below":
             return "REJECTED", f"{v.headline}; {_why(v)}" if v.reasons else v.headline
         if st.outcome == "inconclusive":
             return "INCONCLUSIVE", f"{v.headline}; {_why(v)}" if v.reasons else v.headline
