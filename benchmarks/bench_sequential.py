@@ -14,7 +14,11 @@ Figures, as ratios against a reference rather than pass/fail:
    wholly above the threshold) over the nominal one-sided 5 %, per look schedule;
 2. at true ratios 1.3-1.8 against the test gate's threshold 1.0 (the good synthetic pair on
    a CPU) and 10-30 % run-to-run noise, the mean rounds per arm of ``repeated`` over
-   ``nominal``, and the share admitted by each (power).
+   ``nominal``, and the share admitted by each (power);
+3. futility (issue 24), the repeated rule with and without it on the same draws: the
+   false-admission rate on the threshold (it must not rise: the boundary is non-binding),
+   and at true ratios from "cannot pay" (1.0, a self-drafting pair) to a clear win, the mean
+   rounds per arm to a decision with / without, and the share admitted by each.
 
 Noise is log-normal per round; ``--drift`` adds a slow random walk that both arms share in
 launch order (a machine warming up or getting busier), which ABBA order cancels in the mean.
@@ -84,33 +88,60 @@ def main() -> int:
     ap.add_argument("--sims", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--drift", type=float, default=0.0, help="sd of the shared walk per launch")
+    ap.add_argument("--parts", default="123", help="which figures to run, e.g. 3")
     a = ap.parse_args()
     t0 = time.monotonic()
-    print(f"1. true ratio on the threshold (1.05), log sd 0.2, {a.sims} runs per schedule: "
+    if "1" in a.parts:
+        _part1(a.sims, a.seed, a.drift)
+    if "2" in a.parts:
+        _part2(a.sims, a.seed, a.drift)
+    if "3" in a.parts:
+        _part3(a.sims, a.seed, a.drift)
+    print(f"({time.monotonic() - t0:.0f} s)")
+    return 0
+
+
+def _part1(sims: int, seed: int, drift: float) -> None:
+    print(f"1. true ratio on the threshold (1.05), log sd 0.2, {sims} runs per schedule: "
           "false-admission rate / nominal 5 %")
     for rounds, max_rounds in SCHEDULES:
         plans = (stats.LookPlan(rounds, max_rounds, NOMINAL, corrected=False),
                  stats.LookPlan(rounds, max_rounds, NOMINAL))
-        nom, rep = simulate(plans, a.sims, 1.05, 0.2, threshold=1.05, drift=a.drift,
-                            seed=a.seed)
-        se = math.sqrt(0.05 * 0.95 / a.sims)
+        nom, rep = simulate(plans, sims, 1.05, 0.2, threshold=1.05, drift=drift,
+                            seed=seed)
+        se = math.sqrt(0.05 * 0.95 / sims)
         print(f"  rounds {rounds:2d}, max {max_rounds:2d}: K = {plans[1].looks:2d} looks, "
               f"per look {plans[1].per_look_confidence:.4f}; nominal {nom.admitted:.4f} "
               f"(ratio {nom.admitted / 0.05:.2f}), repeated {rep.admitted:.4f} "
               f"(ratio {rep.admitted / 0.05:.2f}); Monte-Carlo se at 5 %: {se:.4f}")
+
+
+def _part2(sims: int, seed: int, drift: float) -> None:
     print("2. rounds 4, max 12, threshold 1.0 (the test gate): mean rounds per arm repeated / "
           "nominal, share admitted")
     plans = (stats.LookPlan(4, 12, NOMINAL, corrected=False), stats.LookPlan(4, 12, NOMINAL))
     for ratio in RATIOS:
         for sd in NOISE:
-            nom, rep = simulate(plans, a.sims // 4, ratio, sd, threshold=1.0, drift=a.drift,
-                                seed=a.seed)
+            nom, rep = simulate(plans, sims // 4, ratio, sd, threshold=1.0, drift=drift,
+                                seed=seed)
             print(f"  ratio {ratio:.1f}, log sd {sd:.2f}: rounds {nom.rounds:5.2f} -> "
                   f"{rep.rounds:5.2f} (x{rep.rounds / nom.rounds:.2f}, "
                   f"+{rep.rounds - nom.rounds:.2f}); admitted {nom.admitted:.3f} -> "
                   f"{rep.admitted:.3f}")
-    print(f"({time.monotonic() - t0:.0f} s)")
-    return 0
+
+
+def _part3(sims: int, seed: int, drift: float) -> None:
+    print("3. futility: rounds 4, max 12, threshold 1.05; with / without on the same draws")
+    plans = (stats.LookPlan(4, 12, NOMINAL), stats.LookPlan(4, 12, NOMINAL, futility=False))
+    for sd in (0.2, 0.5):  # a quiet box; a loaded one (the issue's 0.13-4.65 after 4 rounds)
+        for ratio in (1.0, 1.05, 1.3, 1.6):
+            fut, plain = simulate(plans, sims // 4, ratio, sd, threshold=1.05,
+                                  drift=drift, seed=seed)
+            print(f"  log sd {sd:.1f}, ratio {ratio:.2f}: rounds {plain.rounds:5.2f} -> "
+                  f"{fut.rounds:5.2f} (x{fut.rounds / plain.rounds:.2f}); admitted "
+                  f"{plain.admitted:.3f} -> {fut.admitted:.3f}"
+                  + (f" (false admissions / nominal 5 %: {plain.admitted / 0.05:.2f} -> "
+                     f"{fut.admitted / 0.05:.2f})" if ratio == 1.05 else ""))
 
 
 if __name__ == "__main__":

@@ -44,5 +44,7 @@ def test_json_opens_with_the_verdict_of_an_unsigned_bundle(
 def test_table_opens_with_the_verdict(tmp_path: Path, bench_pairs: dict[str, SynthPair]) -> None:
     res = _admit(tmp_path, bench_pairs["good"])
     assert res.returncode == 5
-    assert res.stdout.splitlines()[0].startswith("rejected before the gate: verification:")
-    assert "criterion" in res.stdout  # then the criteria table
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("REJECTED: verification:")  # one word, one sentence of why
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("rejected before the gate:"))
+    assert head < next(i for i, ln in enumerate(lines) if "criterion" in ln)  # then the table

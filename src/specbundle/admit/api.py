@@ -56,6 +56,9 @@ class Decision:
     bench_report_sha256: str | None
     vsa_line: int
     signers: tuple[str, ...]
+    # FAILED splits into "rejected" and "inconclusive" (the bench was cut short by its time
+    # budget, its rounds or an interrupt before the ratio was settled): never admitted
+    outcome: Literal["admitted", "rejected", "inconclusive"] = "rejected"
 
     @property
     def admitted(self) -> bool:
@@ -64,7 +67,8 @@ class Decision:
 
     def to_json(self) -> dict[str, Any]:
         """JSON form (``--json``)."""
-        return {"bundle": self.bundle, "result": self.result, "admitted": self.admitted,
+        return {"bundle": self.bundle, "result": self.result, "outcome": self.outcome,
+                "admitted": self.admitted,
                 "reasons": list(self.reasons),
                 "criteria": [{"name": c.name, "passed": c.passed, "measured": c.measured,
                               "threshold": c.threshold, "detail": c.detail}
@@ -124,6 +128,9 @@ def _sign(judged: _Judged, keys: Sequence[SigningKey], policy: TrustPolicy,
     now = utc_now()
     mirror, name, subjects = judged.mirror, judged.name, judged.subjects
     result: Literal["PASSED", "FAILED"] = "PASSED" if not reasons else "FAILED"
+    outcome: Literal["admitted", "rejected", "inconclusive"] = (
+        "admitted" if not reasons else "inconclusive"
+        if gate.inconclusive and len(reasons) == len(gate.reasons) else "rejected")
     digest = sha256_bytes(report.to_bytes()) if report else None
     run_uri = f"specbundle:bundle/{name}/bench/{report.run_id}/report.json" if report else None
     with mirror.lock():
@@ -145,7 +152,7 @@ def _sign(judged: _Judged, keys: Sequence[SigningKey], policy: TrustPolicy,
             "policy": {"uri": policy.source, "digest": {"sha256": policy.digest}},
             "inputAttestations": inputs, "verificationResult": result,
             "verifiedLevels": ["SLSA_BUILD_LEVEL_UNEVALUATED"],
-            "specbundle": {"reasons": list(reasons),
+            "specbundle": {"reasons": list(reasons), "outcome": outcome,
                            "manifestSha256": judged.manifest_sha256,
                            "version": judged.version,
                            "criteria": [{"name": c.name, "passed": c.passed,
@@ -154,18 +161,20 @@ def _sign(judged: _Judged, keys: Sequence[SigningKey], policy: TrustPolicy,
         })
         vsa_line = append_attestation(mirror, name, sign_statement(vsa, keys))
         status = {"bundle": name, "admitted": result == "PASSED", "result": result,
+                  "outcome": outcome,
                   "manifest_sha256": judged.manifest_sha256,
                   "time": now, "vsa_line": vsa_line, "policy_sha256": policy.digest,
                   "bench_run_id": report.run_id if report else None,
                   "bench_report_sha256": digest}
         mirror.write_bundle_file(name, STATUS_FILE, canonical_json(status) + b"\n")
         mirror.append_event("admission", name, {
-            "result": result, "reasons": list(reasons), "vsa_line": vsa_line,
+            "result": result, "outcome": outcome, "reasons": list(reasons),
+            "vsa_line": vsa_line,
             "manifest_sha256": judged.manifest_sha256,
             "bench_run_id": status["bench_run_id"], "bench_report_sha256": digest})
     return Decision(name, result, reasons, gate.criteria, now, policy.digest,
                     report.run_id if report else None, digest, vsa_line,
-                    tuple(k.fingerprint for k in keys))
+                    tuple(k.fingerprint for k in keys), outcome)
 
 
 def admit_bundle(bundle: VerifiedBundle, *, keys: Sequence[SigningKey],

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specbundle.bench.report import BenchReport
-from specbundle.bench.verdict import looks_text, percent
+from specbundle.bench.verdict import c_basis, looks_text, percent
 from specbundle.spec import AdmissionThresholds
 
 __all__ = ["Criterion", "GateResult", "evaluate"]
@@ -27,11 +27,21 @@ class Criterion:
     detail: str
 
 
+#: Why the bench stopped before the evidence could settle the ratio: not a clear "no".
+_CUT_SHORT = ("time_budget", "interrupted", "max_rounds")
+
+
 @dataclass(frozen=True)
 class GateResult:
-    """All criteria; admitted only if every one passed."""
+    """All criteria; admitted only if every one passed.
+
+    ``inconclusive``: not admitted only because the bench ran out of rounds, time or was
+    interrupted with the throughput ratio still undecided (every other failed criterion
+    unmeasured): signed as FAILED all the same, named for what it is.
+    """
 
     criteria: tuple[Criterion, ...]
+    inconclusive: bool = False
 
     @property
     def admitted(self) -> bool:
@@ -68,6 +78,15 @@ def _ratio(report: BenchReport, t: AdmissionThresholds) -> Criterion:
         return Criterion("throughput_ratio", True, f"{r.low:.3f}", thr, what)
     more = (f"; about {lv.rounds_needed} rounds per arm would resolve it at this noise"
             if lv.rounds_needed else "")
+    if st is not None and st.reason == "settled":
+        return Criterion("throughput_ratio", False, "settled", thr,
+                         f"{what}: not run to a decision, α ≤ c was settled first (see "
+                         "alpha_above_c): no draft length can pay")
+    if st is not None and st.reason == "futile":
+        return Criterion("throughput_ratio", False, "futile", thr,
+                         f"{what}: futile, even the top of the CI, {r.high:.3f}, could not clear "
+                         f"{t.min_throughput_ratio_lower_bound:.3f} by the last planned look "
+                         f"({st.max_rounds} rounds) at this noise")
     if st is not None and st.outcome == "inconclusive":  # its own outcome, never a pass
         need = (f"; about {st.rounds_to_resolve} rounds per arm would resolve it at this noise"
                 if st.rounds_to_resolve else "; the ratio sits on the threshold")
@@ -87,7 +106,8 @@ def _alpha_c(report: BenchReport) -> Criterion:
     ci = lv.c_ci if lv else None
     c = ci.high if ci is not None else (lv.c_measured if lv else None)
     shown = (f"c = {ci.ratio:.3f} (upper bound {ci.high:.3f}, {percent(ci.confidence)} CI over "
-             f"{ci.n_base} rounds)" if ci is not None else f"c = {_f(c)}")
+             f"{c_basis(ci.n_base, len(lv.base.round_output_throughput) if lv else 0)})"
+             if ci is not None else f"c = {_f(c)}")
     measured = f"α={_f(alpha)} c={_f(c)}"
     if alpha is None or c is None:
         missing = " and ".join(n for n, v in (("α", alpha), ("c", c)) if v is None)
@@ -162,14 +182,20 @@ def _agreement_floor(report: BenchReport, t: AdmissionThresholds) -> Criterion:
         why = "no baseline A/A pair" if not fl.aa_pairs else "no prompt completed in both arms"
         return Criterion("token_agreement", False, "unmeasured", thr,
                          f"token agreement unmeasured: {why}")
-    ok = fl.relative >= t.min_agreement_vs_floor
+    rel = fl.relative if fl.relative_numerics is None else max(fl.relative,
+                                                                 fl.relative_numerics)
+    ok = rel >= t.min_agreement_vs_floor
     ident = f"{fl.spec_identical:.0%}" if fl.spec_identical is not None else "-"
     what = (f"mean common prefix {fl.spec_mean_prefix:.1f} of {fl.max_tokens} tokens "
             f"({fl.basis}) vs the baseline's own {fl.aa_mean_prefix:.1f} over {fl.aa_pairs} "
             f"A/A pairs = {fl.relative:.2f}; {ident} of {fl.spec_pairs} outputs identical")
-    return Criterion("token_agreement", ok, f"{fl.relative:.3f}", thr,
+    if fl.probed:
+        what += (f"; at {fl.near_ties} of {fl.probed} first divergences speculation took the "
+                 f"target's close runner-up (a near-tie: numerics of the verification batch), "
+                 f"which forgiven gives {rel:.2f}")
+    return Criterion("token_agreement", ok, f"{rel:.3f}", thr,
                      what + ("" if ok else f" (< {t.min_agreement_vs_floor:.2f}: speculation "
-                                           "changes the outputs, not only numerics)"))
+                                           "changes the outputs beyond numerics)"))
 
 
 def _validity(report: BenchReport) -> Criterion:
@@ -212,4 +238,15 @@ def evaluate(report: BenchReport, thresholds: AdmissionThresholds) -> GateResult
     tuned = _tuned(report)
     if tuned is not None:
         crit.append(tuned)
-    return GateResult(tuple(crit))
+    return GateResult(tuple(crit), _inconclusive(report, crit))
+
+
+def _inconclusive(report: BenchReport, crit: list[Criterion]) -> bool:
+    """The run was cut short with the ratio undecided, and nothing else clearly failed."""
+    st = report.stopping
+    if st is None or st.reason not in _CUT_SHORT or st.outcome not in ("inconclusive",
+                                                                       "unmeasured"):
+        return False
+    failed = [c for c in crit if not c.passed]
+    return bool(failed) and all(c.measured == "inconclusive" or "unmeasured" in c.measured
+                                for c in failed)

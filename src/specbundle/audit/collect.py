@@ -203,7 +203,9 @@ def _summary(ptype: str, pred: Mapping[str, Any]) -> dict[str, Any]:
         return {"result": pred.get("verificationResult"), "time": pred.get("timeVerified"),
                 "policy": pred.get("policy"), "verifier": pred.get("verifier"),
                 "resourceUri": pred.get("resourceUri"),
-                "manifest_sha256": (pred.get("specbundle") or {}).get("manifestSha256")}
+                "manifest_sha256": (pred.get("specbundle") or {}).get("manifestSha256"),
+                "outcome": (pred.get("specbundle") or {}).get("outcome"),
+                "reasons": (pred.get("specbundle") or {}).get("reasons")}
     if ptype == BENCH_EVIDENCE_V1:
         return {k: pred[k] for k in ("runId", "reportSha256", "report", "engine") if k in pred}
     return {}

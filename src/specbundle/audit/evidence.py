@@ -92,6 +92,7 @@ def admissions(attestations: Sequence[AttestationAudit]) -> tuple[dict[str, Any]
     return tuple({"line": a.line, "result": a.summary.get("result"), "time": a.time,
                   "signers": list(a.signers), "signer_names": list(a.signer_names),
                   "policy": a.summary.get("policy"), "status": a.link.status,
+                  "outcome": a.summary.get("outcome"), "reasons": a.summary.get("reasons"),
                   "detail": a.link.detail}
                  for a in attestations if a.predicate_type == SLSA_VSA_V1)
 

@@ -175,6 +175,24 @@ class BundleAudit:
         """Any failed, missing or unverifiable link."""
         return any(link.breaks_chain for link in self.links)
 
+    def decision(self) -> tuple[str, str]:
+        """The bundle's standing in one word and one sentence of why, ahead of the evidence."""
+        bad = [link for link in self.links if link.breaks_chain]
+        if bad:
+            return "BROKEN", (f"the chain of custody is broken at {bad[0].name}: "
+                              f"{bad[0].detail}")
+        if not self.admissions:
+            return "UNADMITTED", "no admission decision has been signed for this bundle"
+        last = self.admissions[-1]
+        where = f"the latest signed admission (attestation {last.get('line')}, " \
+            f"{last.get('time')})"
+        if last.get("result") == "PASSED":
+            return "ADMITTED", f"{where} passed every criterion, and every link verifies"
+        reasons = last.get("reasons")
+        why = reasons[0] if isinstance(reasons, list) and reasons else "no reason recorded"
+        word = "INCONCLUSIVE" if last.get("outcome") == "inconclusive" else "REJECTED"
+        return word, f"{where} did not admit it: {why}"
+
     def to_json(self) -> dict[str, Any]:
         """JSON form (dataclasses recursively)."""
         out = asdict(self)

@@ -29,7 +29,7 @@ from specbundle.bench.runner import ArmData, RawRun
 from specbundle.bench.sglang_meta import chain_only
 from specbundle.bench.verifycost import VerifyCost, verify_cost
 
-__all__ = ["AnalysisInputs", "analyse_levels", "ceiling", "validity"]
+__all__ = ["AnalysisInputs", "alpha_c_settled", "analyse_levels", "ceiling", "validity"]
 
 _REPETITION_FLOOR = 0.3  # distinct char 4-gram ratio below this = a repetition loop
 
@@ -290,11 +290,15 @@ def validity(raw: RawRun, inp: AnalysisInputs) -> Validity:
         problems.append("token agreement unmeasured: no prompt completed in both arms")
     elif floor.relative is None:
         problems.append("token agreement unmeasured against its floor: no baseline A/A pair")
-    elif floor.relative < inp.min_agreement_vs_floor:
+    elif floor.relative < inp.min_agreement_vs_floor and (
+            floor.relative_numerics is None
+            or floor.relative_numerics < inp.min_agreement_vs_floor):
+        ties = (f"; {floor.near_ties} of {floor.probed} divergences probed were near-ties "
+                "(numerics)" if floor.probed else "")
         problems.append(f"token agreement: common prefix {floor.spec_mean_prefix:.1f} tokens is "
                         f"{floor.relative:.2f} of the baseline's own {floor.aa_mean_prefix:.1f} "
                         f"(< {inp.min_agreement_vs_floor:.2f}): the arms generate different "
-                        "outputs")
+                        f"outputs{ties}")
     arms = [raw.base, raw.spec] + ([raw.draft] if raw.draft else [])
     all_res = [r for a in arms for runs in a.runs.values() for run in runs for r in run.results]
     failed = [r for r in all_res if not r.ok]
@@ -337,3 +341,20 @@ def validity(raw: RawRun, inp: AnalysisInputs) -> Validity:
         spec_counters_moved=moved, base_counters_flat=flat, problems=tuple(problems),
         agreement=floor,
     )
+
+
+def alpha_c_settled(raw: RawRun, c: int, confidence: float) -> str | None:
+    """Why α ≤ c is settled at concurrency ``c`` so far, else ``None`` (the rule's futility).
+
+    α comes from the engine's counters over every measured window (thousands of tokens:
+    precise), c from its paired interval; once α is not above c's *lower* bound, more
+    rounds cannot make α > c hold, and the gate's α > c criterion cannot pass.
+    """
+    ci = checks.draft_cost_ci(raw, c, confidence)
+    alpha = acceptance(raw.engine, raw.spec.deltas.get(c, []), raw.spec.runs.get(c, []),
+                       raw.spec.props).alpha
+    if ci is None or alpha is None or alpha > ci.low:
+        return None
+    return (f"α ≤ c settled at concurrency {c}: acceptance α {alpha:.3f} is not above the draft "
+            f"cost c's lower bound {ci.low:.3f} ({ci.ratio:.3f}, {ci.n_base} pairs): no draft "
+            "length can pay, so the rounds stop and admission rejects")

@@ -18,7 +18,13 @@ from typing import Any
 
 from specbundle import __version__
 from specbundle.bench import stats
-from specbundle.bench.analysis import AnalysisInputs, analyse_levels, ceiling, validity
+from specbundle.bench.analysis import (
+    AnalysisInputs,
+    alpha_c_settled,
+    analyse_levels,
+    ceiling,
+    validity,
+)
 from specbundle.bench.engines import adapter_for
 from specbundle.bench.html import render_html
 from specbundle.bench.logs import sum_llamacpp_slots
@@ -268,8 +274,11 @@ def run_bench(bundle: Bundle, *, engine: str = "llamacpp",
             launcher, can_draft = man.launcher, man.draft_args is not None
             settings_equal, note = man.settings_equal, man.settings_note
             server.update(script=str(man.script), argv=man.argv, runtime=opts.runtime)
+        p95 = spec.deployment.p95_concurrency
         raw = run_raw(spec, engine, workload, opts, launcher=launcher,
-                      can_serve_draft=can_draft, progress=progress)
+                      can_serve_draft=can_draft, progress=progress,
+                      settled=(lambda r: alpha_c_settled(r, p95, opts.confidence))
+                      if spec.admission.require_alpha_above_c else None)
         raw.run_id, raw.settings_equal, raw.settings_note = run_id, settings_equal, note
         if raw.spec.props and raw.base.props:
             server["build"] = raw.spec.props.get("build_info")
@@ -285,6 +294,7 @@ def run_bench(bundle: Bundle, *, engine: str = "llamacpp",
             if slots is not None:
                 server["log_acceptance"] = {"accepted": slots[0], "drafted": slots[1],
                                             "scope": "all requests incl. warm-up (engine log)"}
+        server["phase_seconds"] = raw.phases  # where the rounds' time went (issue 24)
         raw.server = server
         b = spec.bench
         report = _build_report(

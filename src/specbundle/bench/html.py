@@ -12,9 +12,9 @@ import html
 from collections.abc import Sequence
 
 from specbundle.bench.report import BenchReport, LevelResult
-from specbundle.bench.verdict import looks_text
+from specbundle.bench.verdict import bench_decision, looks_text
 
-__all__ = ["render_html"]
+__all__ = ["decision_html", "render_html"]
 
 _W, _H, _PAD = 520, 260, 44
 _COLORS = {"base": "#4c72b0", "spec": "#dd8452", "pred": "#55a868", "meas": "#c44e52",
@@ -85,36 +85,76 @@ def _throughput(levels: Sequence[LevelResult]) -> str:
 
 
 def _positions(lv: LevelResult | None) -> str:
+    """Accepted share per position against the most that can have been drafted there.
+
+    Σ_i x_i = g for the share x_i of verification steps that drafted position i, and x_i
+    cannot grow with i, so x_i ≤ min(1, g/(i + 1)): above that outline a position was not
+    drafted (p_min stopped the draft early), not drafted-and-rejected. With g = K every
+    position was drafted, and everything under 1 is a rejection.
+    """
     if lv is None or not lv.acceptance.per_position:
         return "<p>No per-position acceptance reported by the engine.</p>"
     pos = lv.acceptance.per_position
+    g = lv.acceptance.mean_draft_length
     xs = _xs(len(pos))
     bw = (_W - _PAD) / max(len(pos), 1) * 0.6
-    body = "".join(
-        f'<rect x="{x - bw / 2:.1f}" y="{_scale(p, 0, 1, _H - _PAD, 20):.1f}" width="{bw:.1f}" '
-        f'height="{_H - _PAD - _scale(p, 0, 1, _H - _PAD, 20):.1f}" fill="{_COLORS["spec"]}"/>'
-        for x, p in zip(xs, pos, strict=True))
+    base = _scale(0, 0, 1, _H - _PAD, 20)
+    body = ""
+    for i, (x, p) in enumerate(zip(xs, pos, strict=True)):
+        if g is not None:
+            top = _scale(min(1.0, g / (i + 1)), 0, 1, _H - _PAD, 20)
+            body += (f'<rect class="drafted-bound" x="{x - bw / 2:.1f}" y="{top:.1f}" '
+                     f'width="{bw:.1f}" height="{base - top:.1f}" fill="none" '
+                     f'stroke="#555" stroke-dasharray="3 2"/>')
+        y = _scale(p, 0, 1, _H - _PAD, 20)
+        body += (f'<rect class="accepted" x="{x - bw / 2:.1f}" y="{y:.1f}" width="{bw:.1f}" '
+                 f'height="{base - y:.1f}" fill="{_COLORS["spec"]}"/>')
+    legend = ("" if g is None else
+              f'<text x="{_W - 150}" y="33" font-size="10">dashed: drafted at most '
+              f"(g = {g:.2f})</text>"
+              f'<text x="{_W - 150}" y="47" font-size="10">above it: not drafted</text>')
     return _frame(f"Per-position acceptance at concurrency {lv.concurrency}", "draft position",
-                  "accepted / verification steps", 1.0, body, _xticks([str(i) for i in
-                                                                       range(len(pos))]))
+                  "accepted / verification steps", 1.0, body + legend,
+                  _xticks([str(i) for i in range(len(pos))]))
+
+
+def _dots(xs: Sequence[float], ys: Sequence[float | None], ymax: float, color: str,
+          label: str, k: int) -> str:
+    """Points (joined where consecutive): a level without a figure leaves a gap, not a hole
+    in every other level's series."""
+    pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
+    if not pts:
+        return ""
+    return _line([x for x, _ in pts], [min(y, ymax) for _, y in pts], ymax, color, label, k)
 
 
 def _speedup(levels: Sequence[LevelResult]) -> str:
-    rows = [lv for lv in levels if lv.ratio is not None]
-    if not rows:
-        return "<p>No measured speed-up (needs at least two rounds per arm).</p>"
-    xs = _xs(len(rows))
-    meas = [lv.ratio.ratio for lv in rows if lv.ratio is not None]
-    pred = [lv.predicted_improvement for lv in rows]
-    ymax = max([*meas, *(p for p in pred if p is not None), 1.2]) * 1.1
-    body = _line(xs, meas, ymax, _COLORS["meas"], "measured ratio", 0)
-    if None not in pred:
-        body += _line(xs, [p or 0.0 for p in pred], ymax, _COLORS["pred"], "predicted (α, g, c)", 1)
+    """Measured ratio with its CI (whiskers clipped at the top of the chart) beside the
+    predictions; the scale follows the point figures, so a wide CI cannot squash them."""
+    if not levels:
+        return "<p>No levels measured.</p>"
+    xs = _xs(len(levels))
+    meas = [lv.ratio.ratio if lv.ratio else None for lv in levels]
+    pred = [lv.predicted_improvement for lv in levels]
+    ext = [lv.model.extended.value if lv.model else None for lv in levels]
+    points = [v for v in (*meas, *pred, *ext) if v is not None]
+    if not points:
+        return "<p>No measured or predicted speed-up (needs two rounds per arm, α and c).</p>"
+    ymax = max([*points, 1.2]) * 1.25
+    body = _dots(xs, meas, ymax, _COLORS["meas"], "measured ratio (bars: CI)", 0)
+    body += _dots(xs, pred, ymax, _COLORS["pred"], "predicted (α, g, c)", 1)
+    body += _dots(xs, ext, ymax, _COLORS["ext"], "predicted with v", 2)
+    for x, lv in zip(xs, levels, strict=True):
+        if lv.ratio is not None:
+            y1, y2 = (_scale(min(b, ymax), 0, ymax, _H - _PAD, 20)
+                      for b in (lv.ratio.low, lv.ratio.high))
+            body += (f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y1:.1f}" y2="{y2:.1f}" '
+                     f'stroke="{_COLORS["meas"]}" stroke-opacity="0.35" stroke-width="5"/>')
     one = _scale(1.0, 0, ymax, _H - _PAD, 20)
     body += (f'<line x1="{_PAD}" x2="{_W - 10}" y1="{one:.1f}" y2="{one:.1f}" stroke="#999" '
              f'stroke-dasharray="4 3"/>')
     return _frame("Speed-up: predicted vs measured", "concurrency", "spec / base", ymax, body,
-                  _xticks([str(lv.concurrency) for lv in rows]))
+                  _xticks([str(lv.concurrency) for lv in levels]))
 
 
 def _models(levels: Sequence[LevelResult]) -> str:
@@ -176,15 +216,24 @@ def _cost_table(levels: Sequence[LevelResult]) -> str:
             + (f"<ul>{notes}</ul>" if notes else ""))
 
 
+def decision_html(word: str, why: str) -> str:
+    """The decision in one word, then one sentence of why: the first thing on every page."""
+    color = {"PASSES": "#1a7f37", "ADMITTED": "#1a7f37", "REJECTED": "#b42318",
+             "OFF": "#b42318"}.get(word, "#9a6700")
+    return (f'<p id="decision" style="font-size:1.3em"><strong style="color:{color}">'
+            f"{html.escape(word)}</strong>: {html.escape(why)}</p>")
+
+
 def _verdict(report: BenchReport) -> str:
-    """The decision first: the headline and one sentence per deciding reason."""
+    """The decision first, then the headline and one sentence per deciding reason."""
     v = report.verdict
     if v is None:
         return ""
     items = "".join(f"<li>{html.escape(r)}</li>" for r in v.reasons)
     color = {"wins": "#1a7f37", "admitted": "#1a7f37", "loses": "#b42318",
              "rejected": "#b42318"}.get(v.outcome, "#9a6700")
-    return (f'<section id="verdict"><h2 style="color:{color}">{html.escape(v.headline)}</h2>'
+    return (decision_html(*bench_decision(report))
+            + f'<section id="verdict"><h2 style="color:{color}">{html.escape(v.headline)}</h2>'
             f"<ul>{items}</ul></section>")
 
 
@@ -220,15 +269,18 @@ def _measurement(report: BenchReport) -> str:
             lv.concurrency, _fmt(lv.c_ci.ratio if lv.c_ci else lv.c_measured),
             _fmt(lv.c_ci.low if lv.c_ci else None), _fmt(lv.c_ci.high if lv.c_ci else None),
             _fmt(lv.c_ci.n_base if lv.c_ci else None),
+            _fmt(len(lv.base.round_output_throughput)),
             _fmt(lv.c_check.black_box_low if lv.c_check else None),
             _fmt(lv.c_check.black_box_high if lv.c_check else None),
             _fmt(lv.c_check.consistent if lv.c_check else None))) + "</tr>"
         for lv in report.levels)
     checks = "".join(f"<li>concurrency {lv.concurrency}: {html.escape(lv.c_check.note)}</li>"
                      for lv in report.levels if lv.c_check)
-    out = ("<h2>Draft cost c (interleaved, one draft launch per round)</h2><table><tr>"
+    out = ("<h2>Draft cost c (interleaved: request-group pairs with the baseline, counted "
+           "apart from the baseline launches they came from)</h2><table><tr>"
            + "".join(f"<th>{h}</th>" for h in ("concurrency", "c", "CI low", "CI high",
-                                                "rounds", "black-box low", "black-box high",
+                                                "pairs", "launches", "black-box low",
+                                                "black-box high",
                                                 "consistent"))
            + f"</tr>{rows}</table><ul>{checks}</ul>")
     a = report.validity.agreement
@@ -239,7 +291,10 @@ def _measurement(report: BenchReport) -> str:
                 f"{a.spec_pairs} pairs; the baseline with itself (A/A, relaunched) "
                 f"{_fmt(a.aa_mean_prefix, '.1f')} over {a.aa_pairs} pairs; relative "
                 f"{_fmt(a.relative)}. Identical full outputs: speculation "
-                f"{_fmt(a.spec_identical)}, A/A {_fmt(a.aa_identical)}.</p><table><tr>"
+                f"{_fmt(a.spec_identical)}, A/A {_fmt(a.aa_identical)}. Near-ties: "
+                f"{a.near_ties} of {a.probed} first divergences probed on the target were "
+                f"flips to its close runner-up (numerics); forgiven, relative "
+                f"{_fmt(a.relative_numerics)}. {html.escape(a.probe_note)}</p><table><tr>"
                 "<th>prompt</th><th>mean first divergence (tokens)</th></tr>"
                 + "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.1f}</td></tr>"
                           for k, v in a.first_divergence.items()) + "</table>")

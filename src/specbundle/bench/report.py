@@ -40,8 +40,12 @@ SCHEMA_VERSION = "specbundle.bench-report/v1"
 SCHEMA_ID = "https://specbundle.dev/schemas/bench-report/v1.json"
 
 Arm = Literal["base", "spec", "draft"]
-#: Why the rounds ended (:class:`Stopping`).
-StopReason = Literal["resolved", "max_rounds", "time_budget", "fixed"]
+#: Why the rounds ended (:class:`Stopping`): ``futile`` (the CI still holds the threshold
+#: but no planned look could clear it: rejected), ``time_budget`` and ``interrupted``
+#: (SIGINT/SIGTERM) end early with the evidence so far, which is never a pass; ``settled``:
+#: acceptance α is not above the draft cost c's lower bound, so no draft length can pay.
+StopReason = Literal["resolved", "futile", "settled", "max_rounds", "time_budget",
+                     "interrupted", "fixed"]
 
 
 @dataclass(frozen=True)
@@ -148,7 +152,9 @@ class Agreement:
     Greedy speculation is lossless only up to numerics: batch shapes differ in verification,
     near-ties flip, and after a flip the outputs part. So outputs are compared by their
     common prefix (the first-divergence position), on token ids where the engine returns
-    them, and speculation's prefix is judged against the baseline's A/A prefix.
+    them, and speculation's prefix is judged against the baseline's A/A prefix; where the
+    target's margins were probed, against that floor with its near-tie flips forgiven
+    (``relative_numerics``), so only a divergence beyond numerics fails the gate.
     """
 
     basis: Literal["token-ids", "text"]
@@ -161,6 +167,12 @@ class Agreement:
     aa_mean_prefix: float | None
     relative: float | None  # spec_mean_prefix / aa_mean_prefix
     first_divergence: dict[str, float] = field(default_factory=dict)  # prompt -> mean prefix
+    # The target's own margin at each first divergence (bench.numerics): a flip to its close
+    # runner-up is numerics of the verification batch, which the A/A floor cannot see.
+    probed: int = 0  # distinct divergences probed
+    near_ties: int = 0  # of them, flips within numerics.TIE_MARGIN
+    relative_numerics: float | None = None  # ``relative`` with near-tie flips counted as agreeing
+    probe_note: str = ""
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,12 @@ baseline): c is then a per-round ratio against that round's baseline, so a busy 
 load hits both sides of c alike instead of one quiet moment deciding it.
 
 Rounds are sequential: after the spec's ``rounds`` (whole ABBA pairs), pairs are added while
-the P95 ratio CI still contains the threshold, until ``max_rounds`` or the time budget. The
-looks are planned up front (:class:`stats.LookPlan`) and each uses a repeated CI at the
-per-look confidence, so stopping at the first clear look keeps the nominal error rate.
+the P95 ratio CI still contains the threshold, until ``max_rounds``, futility or the time
+budget. The looks are planned up front (:class:`stats.LookPlan`) and each uses a repeated CI
+at the per-look confidence, so stopping at the first clear look keeps the nominal error rate.
+The time budget (:func:`budget.default_time_budget`) is checked before every level, not only at
+looks, and an interrupt (SIGINT, or SIGTERM as the CLI maps it) ends the rounds the same
+way: the arm launch under way is dropped and the report carries every whole launch so far.
 :mod:`specbundle.bench.analysis` turns the raw runs into the report.
 """
 
@@ -34,13 +37,23 @@ from typing import Any
 import httpx
 
 from specbundle.bench import stats
+from specbundle.bench.budget import (
+    Mark,
+    OutOfTime,
+    PhaseClock,
+    default_time_budget,
+    marks,
+    rollback,
+    stopping,
+)
 from specbundle.bench.client import AiohttpTransport, CompletionRequest, LevelRun, run_level
 from specbundle.bench.engines import adapter_for
+from specbundle.bench.numerics import TieProbe, collect
 from specbundle.bench.prometheus import WindowDelta, window_delta
 from specbundle.bench.report import Stopping, StopReason
 from specbundle.bench.servers import attach, get_json, scrape, served_model
 from specbundle.bench.verdict import percent
-from specbundle.bench.verifycost import PROBE_ENGINES, VerifySample, probe
+from specbundle.bench.verifycost import PROBE_ENGINES, VERIFY_SAMPLES, VerifySample, probe
 from specbundle.bench.workload import Workload
 from specbundle.errors import BenchError
 from specbundle.spec import BundleSpec
@@ -48,10 +61,13 @@ from specbundle.strict import MalformedDocument
 
 __all__ = ["ArmData", "BenchOptions", "Launcher", "Progress", "RawRun", "sweep_levels"]
 
-#: (what is running now, steps done so far, total steps)
+#: (what is running now, steps done so far, total steps); ``what`` names the round, the arm,
+#: the level and the P95 ratio's current repeated CI, for a log line as much as for a bar.
 Progress = Callable[[str, int, int], None]
 #: Starts one arm ("base", "spec" or "draft": the draft served alone) and yields its URL.
 Launcher = Callable[[str], AbstractContextManager[str]]
+#: At a look, the runs so far -> why α ≤ c is settled (stop and reject), else None.
+Settled = Callable[["RawRun"], str | None]
 
 
 @dataclass(frozen=True)
@@ -131,15 +147,18 @@ class RawRun:
     stopping: Stopping | None = None
     # baseline requests alternated with the draft's while both servers run (c's pairs)
     probe: ArmData | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase of the rounds
+    ties: tuple[TieProbe, ...] = ()  # the target's margins at speculation's first divergences
+    tie_note: str = ""
 
 
 class _Runner:
     def __init__(self, spec: BundleSpec, engine: str, workload: Workload, opts: BenchOptions,
                  launcher: Launcher | None, can_serve_draft: bool,
-                 progress: Progress | None) -> None:
+                 progress: Progress | None, settled: Settled | None = None) -> None:
         self.spec, self.engine, self.workload, self.opts = spec, engine, workload, opts
         self.adapter = adapter_for(engine)
-        self.launcher = launcher
+        self.launcher, self.settled = launcher, settled
         self.can_serve_draft = can_serve_draft
         self.progress = progress
         b = spec.bench
@@ -159,7 +178,6 @@ class _Runner:
         self.p95 = spec.deployment.p95_concurrency
         self.max_rounds = max(self.rounds, opts.max_rounds or b.max_rounds
                               or min(64, 3 * self.rounds))
-        self.budget = opts.time_budget_s or b.time_budget_s
         self.target = opts.target_ratio or spec.admission.min_throughput_ratio_lower_bound
         self.plan = stats.LookPlan(self.rounds, self.max_rounds, opts.confidence)
         self.per_round = (3 if self._has_draft() else 2) * len(self.levels)
@@ -167,6 +185,16 @@ class _Runner:
         # model; servers given by URL already run side by side), so c's pairs can alternate
         # request groups seconds apart instead of launches minutes apart.
         self.cohost = engine == "llamacpp" or opts.draft_url is not None
+        launches = 3 if self._has_draft() and not self.cohost else 2
+        self.budget = opts.time_budget_s or b.time_budget_s or default_time_budget(
+            spec, arms_per_round=launches)
+        self.t0 = time.monotonic()
+        self.round = 0
+        self.status = ""  # the P95 ratio's current repeated CI, for progress lines
+        self.mark: Mark | None = None  # the data after the last whole arm launch
+        self.clock = PhaseClock()  # seconds per phase of the rounds (where the time goes)
+        self.ties: list[TieProbe] = []  # the target's margins at speculation's divergences
+        self.tie_note = ""
         self.total = (self.per_round * self.rounds
                       + (opts.aa_rounds if self.p95 in self.levels else 0))
 
@@ -178,7 +206,15 @@ class _Runner:
 
     def _tick(self, what: str) -> None:
         if self.progress is not None:
-            self.progress(what, self.done, self.total)
+            elapsed = time.monotonic() - self.t0
+            self.progress(f"round {self.round + 1}/{self.plan.last} {what}"
+                          + (f" | {self.status}" if self.status else "")
+                          + f" | {elapsed:.0f}/{self.budget:.0f} s", self.done, self.total)
+
+    def _check_time(self) -> None:
+        """Raise :class:`OutOfTime` once the budget is spent (checked before each level)."""
+        if time.monotonic() - self.t0 >= self.budget:
+            raise OutOfTime
 
     def requests(self, prompts_offset: int, n: int) -> list[CompletionRequest]:
         extras = dict(self.adapter.request_extras())
@@ -208,11 +244,14 @@ class _Runner:
                                       temperature=self.spec.speculative.temperature,
                                       extras=dict(self.adapter.request_extras()))
                     for p in (self.workload.warmup * self.warmup)[: self.warmup]]
-            self._run(url, model, warm, min(self.warmup, max(self.levels)))
+            with self.clock.timed("warmup"):
+                self._run(url, model, warm, min(self.warmup, max(self.levels)))
         for c in levels or self.levels:
+            self._check_time()
             self._tick(f"{arm} c={c}")
             before = self.adapter.read_metrics(scrape(url)) if metrics else None
-            run = self._run(url, model, reqs[c], c)
+            with self.clock.timed(f"measure:{arm}"):
+                run = self._run(url, model, reqs[c], c)
             if before is not None:
                 after = self.adapter.read_metrics(scrape(url))
                 data.deltas.setdefault(c, []).append(window_delta(before, after))
@@ -233,7 +272,8 @@ class _Runner:
             with attach(url, timeout=self.opts.startup_timeout_s) as u:
                 yield u
             return
-        with self.launcher("spec" if speculation else "base") as u:
+        arm = "spec" if speculation else "base"
+        with self.clock.up(self.launcher(arm), arm) as u:
             yield u
 
     def run(self) -> RawRun:
@@ -242,19 +282,61 @@ class _Runner:
         draft = ArmData() if self._has_draft() else None
         probe = ArmData()  # baseline requests interleaved with the draft's (cohost)
         order: list[str] = []
-        t0 = time.monotonic()
-        r = 0
+        self.t0 = time.monotonic()
+        arms = [a for a in (base, spec, draft, probe) if a is not None]
+        self.mark = marks(arms)
         reason: StopReason = "fixed"
+        try:
+            reason = self._rounds(reqs, base, spec, draft, probe, order, arms)
+        except OutOfTime:
+            reason = "time_budget"
+        except KeyboardInterrupt:  # SIGINT, or SIGTERM as the CLI maps it: report what we have
+            reason = "interrupted"
+        if reason in ("time_budget", "interrupted") and self.mark is not None:
+            rollback(arms, self.mark)  # drop the arm launch under way: whole launches only
+            del order[self.mark.order:]
+        stopping = self._stopping(base, spec, self.round, reason, time.monotonic() - self.t0)
+        aa = None
+        if self.opts.aa_rounds and self.p95 in self.levels and reason not in (
+                "time_budget", "interrupted"):
+            aa = ArmData()
+            for _ in range(self.opts.aa_rounds):
+                with self.server(False) as url:
+                    self.measure("A/A", url, aa, reqs, levels=(self.p95,))
+        raw = self._raw(reqs, base, spec, draft, probe, order)
+        raw.stopping, raw.aa = stopping, aa
+        return raw
+
+    def _raw(self, reqs: dict[int, list[CompletionRequest]], base: ArmData, spec: ArmData,
+             draft: ArmData | None, probe: ArmData, order: list[str]) -> RawRun:
+        return RawRun(
+            run_id="", engine=self.engine, levels=tuple(self.levels), requests=reqs,
+            base=base, spec=spec, draft=draft, aa=None, round_order=tuple(order),
+            settings_equal=None, settings_note="", server={}, notes=self.notes,
+            probe=probe if probe.runs else None, phases=self.clock.rounded(),
+            ties=tuple(self.ties), tie_note=self.tie_note)
+
+    def _rounds(self, reqs: dict[int, list[CompletionRequest]], base: ArmData, spec: ArmData,
+                draft: ArmData | None, probe: ArmData, order: list[str],
+                arms: list[ArmData]) -> StopReason:
+        """ABBA rounds until the sequential rule (or the budget between looks) stops them."""
         while True:
+            r = self.round
             look = self.plan.look(r, *self._p95(base, spec), self.target)
             if look is not None:  # only after whole ABBA pairs
+                if look.ci is not None:
+                    self.status = (f"P95 ratio {look.ci.ratio:.2f} [{look.ci.low:.2f}, "
+                                   f"{look.ci.high:.2f}] vs {self.target:.2f}")
                 if look.stop is not None:
-                    reason = look.stop
-                    break
-                pair_s = (time.monotonic() - t0) / r * 2
-                if self.budget is not None and time.monotonic() - t0 + pair_s > self.budget:
-                    reason = "time_budget"
-                    break
+                    return look.stop
+                why = self.settled(self._raw(reqs, base, spec, draft, probe, order)) \
+                    if self.settled is not None else None
+                if why:  # α ≤ c settled: no draft length pays, whatever the ratio's noise
+                    self.notes.append(why)
+                    return "settled"
+                pair_s = (time.monotonic() - self.t0) / r * 2
+                if time.monotonic() - self.t0 + pair_s > self.budget:
+                    return "time_budget"
                 if r == self.plan.first:
                     self.notes.append(
                         f"CI at P95 inconclusive after {r} rounds: extended (up to "
@@ -263,32 +345,36 @@ class _Runner:
                         f"{percent(self.opts.confidence)} overall)")
                 self.total += 2 * self.per_round
             for i, arm in enumerate(("base", "spec") if r % 2 == 0 else ("spec", "base")):
+                self._check_time()  # no launch starts past the budget (levels check too)
                 if i == 1 and draft is not None and not self.cohost:  # next to this base
                     self._draft(reqs, draft)
                 order.append(arm)
                 with self.server(arm == "spec") as url:
                     self.measure(arm, url, spec if arm == "spec" else base, reqs)
                     if arm == "base":
-                        self._verify_probe(url, base)
+                        with self.clock.timed("verify_probe"):
+                            self._verify_probe(url, base)
+                        if r % 2 == 1:  # speculation ran before this baseline: probe its flips
+                            with self.clock.timed("tie_probe"):
+                                self._tie_probe(url, reqs, base, spec)
                         if draft is not None and self.cohost:
                             self._draft_probe(url, reqs, draft, probe)
-            r += 1
-        stopping = self._stopping(base, spec, r, reason, time.monotonic() - t0)
-        aa = None
-        if self.opts.aa_rounds and self.p95 in self.levels:
-            aa = ArmData()
-            for _ in range(self.opts.aa_rounds):
-                with self.server(False) as url:
-                    self.measure("A/A", url, aa, reqs, levels=(self.p95,))
-        return RawRun(
-            run_id="", engine=self.engine, levels=tuple(self.levels), requests=reqs,
-            base=base, spec=spec, draft=draft, aa=aa, round_order=tuple(order),
-            settings_equal=None, settings_note="", server={}, notes=self.notes,
-            stopping=stopping, probe=probe if probe.runs else None,
-        )
+                self.mark = marks(arms, len(order))  # a whole launch: kept if stopped later
+            self.round += 1
+
+    def _tie_probe(self, url: str, reqs: dict[int, list[CompletionRequest]], base: ArmData,
+                   spec: ArmData) -> None:
+        """The baseline's margin at each new first divergence of speculation (numerics)."""
+        texts = {q.prompt_id: q.prompt for qs in reqs.values() for q in qs}
+        got, note = collect(url, self.engine, base.runs, spec.runs, texts, self.ties,
+                            timeout=self.opts.request_timeout_s)
+        self.ties += got
+        self.tie_note = note or self.tie_note
 
     def _verify_probe(self, url: str, data: ArmData) -> None:
-        """v(g, batch) per level on the target alone, while the baseline server is up."""
+        """v(g, batch) per level on the target alone, until each has VERIFY_SAMPLES pairs."""
+        if all(len(data.verify.get(c, [])) >= VERIFY_SAMPLES for c in self.levels):
+            return  # a hardware figure: more launches repeat it, and the gate never reads v
         if self.engine not in PROBE_ENGINES:
             data.verify_note = (f"{self.engine} reports no server-side prompt timings: "
                                 "verification cost not probed")
@@ -315,23 +401,9 @@ class _Runner:
 
     def _stopping(self, base: ArmData, spec: ArmData, rounds: int, reason: StopReason,
                   elapsed: float) -> Stopping:
-        ci = self._p95_ci(base, spec)
-        side = stats.ratio_side(ci, self.target)
-        need = stats.rounds_to_resolve(ci, self.target) if ci and side == "inconclusive" \
-            else None
-        if side == "inconclusive":
-            self.notes.append(
-                f"inconclusive at P95 after {rounds} rounds ({reason.replace('_', ' ')})"
-                + (f": about {need} rounds per arm would resolve it at this noise" if need
-                   else ": the ratio sits on the threshold"))
-        return Stopping(
-            rule="sequential" if self.plan.sequential else "fixed",
-            outcome=side,
-            reason=reason,
-            rounds=rounds, min_rounds=self.rounds, max_rounds=self.max_rounds,
-            threshold=self.target, time_budget_s=self.budget, elapsed_s=elapsed,
-            rounds_to_resolve=need, looks=self.plan.looks,
-            per_look_confidence=self.plan.per_look_confidence)
+        return stopping(self.plan, self._p95_ci(base, spec), target=self.target,
+                        reason=reason, rounds=rounds, budget=self.budget, elapsed=elapsed,
+                        notes=self.notes)
 
     def _draft_probe(self, base_url: str, reqs: dict[int, list[CompletionRequest]],
                      draft: ArmData, probe: ArmData) -> None:
@@ -339,7 +411,7 @@ class _Runner:
         baseline and the draft alone (B D, D B, ...), one (draft, baseline) pair per group."""
         ctx = attach(self.opts.draft_url, timeout=self.opts.startup_timeout_s) \
             if self.opts.draft_url else self._launch_draft()
-        with ctx as durl:
+        with self.clock.up(ctx, "draft") as durl:
             dmodel, bmodel = served_model(durl), served_model(base_url)
             if draft.props is None:
                 draft.props = get_json(durl, self.adapter.props_path)
@@ -348,22 +420,24 @@ class _Runner:
                                           temperature=self.spec.speculative.temperature,
                                           extras=dict(self.adapter.request_extras()))
                         for p in (self.workload.warmup * self.warmup)[: self.warmup]]
-                self._run(durl, dmodel, warm, min(self.warmup, max(self.levels)))
+                with self.clock.timed("warmup"):
+                    self._run(durl, dmodel, warm, min(self.warmup, max(self.levels)))
             for c in self.levels:
+                self._check_time()
                 self._tick(f"draft c={c}")
                 group = reqs[c]
                 chunks = [group[i:i + c] for i in range(0, len(group), c)] or [group]
                 for j, chunk in enumerate(chunks):
                     pair = ((base_url, bmodel, probe), (durl, dmodel, draft))
                     for url, model, data in (pair if j % 2 == 0 else pair[::-1]):
-                        data.runs.setdefault(c, []).append(self._run(url, model, chunk, c))
+                        with self.clock.timed("draft_probe"):
+                            data.runs.setdefault(c, []).append(self._run(url, model, chunk, c))
                 self.done += 1
 
     def _launch_draft(self) -> AbstractContextManager[str]:
         if self.launcher is None:
             raise BenchError("no way to serve the draft alone")
         return self.launcher("draft")
-
     def _draft(self, reqs: dict[int, list[CompletionRequest]], data: ArmData) -> None:
         if self.opts.draft_url:
             with attach(self.opts.draft_url, timeout=self.opts.startup_timeout_s) as u:
@@ -371,7 +445,7 @@ class _Runner:
             return
         if self.launcher is None:
             raise BenchError("no way to serve the draft alone")
-        with self.launcher("draft") as u:
+        with self.clock.up(self.launcher("draft"), "draft") as u:
             self.measure("draft", u, data, reqs, metrics=False)
 
 
@@ -404,11 +478,12 @@ def resolve_program(program: tuple[str, ...], env: Mapping[str, str], env_name: 
 
 def run_raw(spec: BundleSpec, engine: str, workload: Workload, opts: BenchOptions, *,
             launcher: Launcher | None, can_serve_draft: bool = False,
-            progress: Progress | None = None) -> RawRun:
+            progress: Progress | None = None, settled: Settled | None = None) -> RawRun:
     """Measure both arms (and the draft alone) and return the raw runs.
 
     ``launcher`` starts arms from the bundle's manifest; without one, the servers given by
     URL in ``opts`` are used.
     """
-    runner = _Runner(spec, engine, workload, opts, launcher, can_serve_draft, progress)
+    runner = _Runner(spec, engine, workload, opts, launcher, can_serve_draft, progress,
+                     settled)
     return runner.run()

@@ -309,7 +309,8 @@ class Look:
     rounds: int
     ci: RatioCI | None
     side: Side
-    stop: Literal["resolved", "max_rounds", "fixed"] | None  # None: add a pair, look again
+    # None: add a pair, look again; "futile": inconclusive, but no later look can admit
+    stop: Literal["resolved", "futile", "max_rounds", "fixed"] | None
 
 
 @dataclass(frozen=True)
@@ -334,12 +335,20 @@ class LookPlan:
     (successive looks share most of their rounds), which costs rounds, not validity
     (benchmarks/README.md). ``corrected=False`` is the former rule (the nominal confidence at
     every look), kept only to measure what the correction buys; the bench never uses it.
+
+    Futility (``futility``, on by default) stops early on the other side too: when even the
+    top of this look's repeated CI, narrowed to the width the last look would have at the
+    noise seen, stays below the threshold (:meth:`futile`), no remaining look can admit, so
+    the rule stops and rejects. The boundary is non-binding: it only ever turns a later
+    admission into a rejection, so the false-admission bound above holds unchanged; what it
+    costs is power near the threshold, which benchmarks/bench_sequential.py measures.
     """
 
     rounds: int
     max_rounds: int
     confidence: float = 0.90
     corrected: bool = True
+    futility: bool = True
 
     @property
     def first(self) -> int:
@@ -383,18 +392,37 @@ class LookPlan:
         """The rule after ``rounds`` rounds (per-round throughputs so far); ``None``: no look.
 
         Stops as soon as the CI lies wholly on one side (a clear loss is as final as a clear
-        win), or at the last look; the caller may stop earlier (time budget): still valid.
+        win), when admission has become futile, or at the last look; the caller may stop
+        earlier (time budget): still valid.
         """
         if not self.is_look(rounds):
             return None
         ci = self.ratio_ci(base, spec)
         side = ratio_side(ci, threshold)
-        stop: Literal["resolved", "max_rounds", "fixed"] | None = None
+        stop: Literal["resolved", "futile", "max_rounds", "fixed"] | None = None
         if side != "inconclusive":
             stop = "resolved" if self.sequential else "fixed"
         elif rounds >= self.max_rounds:
             stop = "max_rounds" if self.sequential else "fixed"
+        elif ci is not None and self.futile(ci, threshold):
+            stop = "futile"
         return Look(rounds, ci, side, stop)
+
+    def futile(self, ci: RatioCI, threshold: float) -> bool:
+        """No look up to the last can clear ``threshold``, even at the top of ``ci``.
+
+        The best case for admission is a true ratio at the CI's upper end, measured until
+        the last look: that look's lower bound would sit one last-look half-width (the
+        per-look t at 2·last − 2 degrees of freedom × the pooled log sd × √(2/last)) below
+        it. If that is still under the threshold the pair cannot be admitted in the rounds
+        planned at the noise seen. Off for a fixed design and with no spread (a point CI).
+        """
+        if not self.futility or not self.sequential or ci.log_sd <= 0.0:
+            return False
+        n = self.last
+        t = float(special.stdtrit(2 * n - 2, 0.5 + self.per_look_confidence / 2.0))
+        half = t * ci.log_sd * math.sqrt(2.0 / n)
+        return math.log(ci.high) - half < math.log(threshold)
 
 
 def replay_looks(plan: LookPlan, base: Sequence[float], spec: Sequence[float],

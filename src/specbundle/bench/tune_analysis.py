@@ -96,6 +96,25 @@ class TuneResult:
     # stats.LookPlan); None in results stored before it was recorded: ``confidence``
     per_look_confidence: float | None = None
 
+    def decision(self) -> tuple[str, str]:
+        """The schedule in one word (ON / OFF at the P95 concurrency) and the why, first."""
+        at = next((c for c in self.choices if c.concurrency == self.p95_concurrency), None)
+        off = [c.concurrency for c in self.choices if c.k == 0]
+        if at is None:
+            return "UNMEASURED", (f"the P95 concurrency {self.p95_concurrency} was not in the "
+                                  "sweep")
+        if at.k == 0:
+            on = ", ".join(str(c.concurrency) for c in self.choices if c.k)
+            if not on:
+                return "OFF", ("no draft length K showed a throughput ratio whose interval "
+                               "clears 1 at any concurrency, so speculation stays off (K = 0)")
+            return "OFF", (f"no draft length K showed a significant win at your P95 "
+                           f"concurrency {at.concurrency}, so speculation is off there "
+                           f"(K = 0); it stays on at {on}")
+        tail = f"; off (K = 0) at concurrency {', '.join(map(str, off))}" if off else ""
+        return "ON", (f"K = {at.k} at your P95 concurrency {at.concurrency}: throughput ratio "
+                      f"{at.ratio:.2f}× ({at.ratio_low:.2f}–{at.ratio_high:.2f}){tail}")
+
     def schedule(self) -> TunedSchedule:
         """The schedule render consumes."""
         return TunedSchedule(self.engine, self.run_id, self.p95_concurrency,

@@ -7,7 +7,18 @@ from __future__ import annotations
 
 import html
 
-from specbundle.bench.html import _COLORS, _H, _PAD, _W, _frame, _line, _scale, _xs, _xticks
+from specbundle.bench.html import (
+    _COLORS,
+    _H,
+    _PAD,
+    _W,
+    _frame,
+    _line,
+    _scale,
+    _xs,
+    _xticks,
+    decision_html,
+)
 from specbundle.bench.tune_analysis import TuneResult, Variant
 
 __all__ = ["render_tune_html"]
@@ -67,6 +78,7 @@ def render_tune_html(r: TuneResult) -> str:
 td,th{{border:1px solid #ccc;padding:3px 6px;font-size:13px;text-align:right}}
 figure{{display:inline-block;margin:1em}}figcaption{{font-weight:bold}}</style></head><body>
 <h1>K schedule: {html.escape(r.bundle)}</h1>
+{decision_html(*r.decision())}
 <p>Engine {html.escape(r.engine)}, run {html.escape(r.run_id)}, {r.rounds} rounds,
 {r.requests_per_level} requests per level, max_tokens {r.max_tokens};
 {r.minutes_per_k:.2f} minutes per setting. Best fixed setting {html.escape(fixed)};

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     from specbundle.bench.report import BenchReport, LevelResult
 
-__all__ = ["Figures", "Verdict", "bench_verdict", "figures_of", "gate_verdict",
-           "level_verdict", "looks_text", "percent", "verdict_first"]
+__all__ = ["Figures", "Verdict", "bench_decision", "bench_verdict", "c_basis", "figures_of",
+           "gate_decision", "gate_verdict", "level_verdict", "looks_text", "percent",
+           "verdict_first"]
 
 Outcome = Literal["wins", "loses", "inconclusive", "invalid", "unmeasured", "admitted",
                   "rejected"]
@@ -251,6 +252,14 @@ def _c_trust(f: Figures) -> str | None:
 def _stopping(f: Figures) -> str | None:
     if f.stop_outcome != "inconclusive" or f.stop_rounds is None or f.stop_threshold is None:
         return None
+    if f.stop_reason == "settled":
+        return (f"the sequential rule stopped after {f.stop_rounds} rounds because acceptance α "
+                "was settled at or below the draft cost c: no draft length can pay, so it "
+                "rejects")
+    if f.stop_reason == "futile":
+        return (f"the sequential rule stopped for futility after {f.stop_rounds} rounds: even "
+                f"the top of the CI could not clear the admission threshold "
+                f"{f.stop_threshold:.2f} by its last planned look at this noise, so it rejects")
     need = (f"; about {f.stop_rounds_to_resolve} rounds per arm would resolve it at this noise"
             if f.stop_rounds_to_resolve else "; the ratio sits on the threshold")
     looks = looks_text(f.stop_looks, f.stop_per_look_confidence)
@@ -347,6 +356,54 @@ def bench_verdict(report: BenchReport) -> Verdict:
     return Verdict(top.outcome, top.headline, (*top.reasons, *tail), p95)
 
 
+def c_basis(pairs: int, launches: int) -> str:
+    """What c's interval is over: request-group pairs, counted apart from server launches.
+
+    With the draft served beside the baseline, each launch gives one (draft, baseline) pair
+    per request group, so "12 rounds" would have counted 12 pairs from 4 launches.
+    """
+    if pairs == launches:
+        return f"{pairs} launches"
+    return f"{pairs} request-group pairs from {launches} launches"
+
+
+def _why(v: Verdict) -> str:
+    """The one sentence of why: the first deciding reason, else the headline."""
+    return v.reasons[0] if v.reasons else v.headline
+
+
+def bench_decision(report: BenchReport) -> tuple[str, str]:
+    """The decision in one word and one sentence of why, ahead of the evidence.
+
+    A benchmark decides nothing by itself, but it says what admission would make of its
+    throughput evidence at P95: REJECTED (an invalid comparison, a ratio clearly below the
+    threshold or futile), INCONCLUSIVE (the rounds, the budget or an interrupt ended it with
+    the threshold still inside the CI), PASSES (the CI clears the threshold: the other
+    criteria are admit's). The sentence names α, c, v or the validity problem that decided.
+    """
+    v = report.verdict or bench_verdict(report)
+    st = report.stopping
+    if v.outcome == "invalid":
+        return "REJECTED", v.headline
+    if st is not None and st.outcome != "unmeasured":
+        if st.reason in ("futile", "settled"):  # the why and the rule's stop, not "no verdict"
+            return "REJECTED", "; ".join(v.reasons[:2]) if v.reasons else v.headline
+        if st.outcome == "below":
+            return "REJECTED", f"{v.headline}; {_why(v)}" if v.reasons else v.headline
+        if st.outcome == "inconclusive":
+            return "INCONCLUSIVE", f"{v.headline}; {_why(v)}" if v.reasons else v.headline
+        return "PASSES", f"{v.headline}; {_why(v)}" if v.reasons else v.headline
+    word = {"wins": "PASSES", "loses": "REJECTED"}.get(v.outcome, "INCONCLUSIVE")
+    return word, f"{v.headline}; {_why(v)}" if v.reasons else v.headline
+
+
+def gate_decision(v: Verdict) -> tuple[str, str]:
+    """An admission verdict in one word and the sentence of why (its first reason)."""
+    if v.reasons:
+        return v.outcome.upper(), v.reasons[0]
+    return v.outcome.upper(), v.headline.split(": ", 1)[-1]
+
+
 class CriterionLike(Protocol):
     """The gate's criteria (:class:`specbundle.admit.decision.Criterion`) as read here."""
 
@@ -388,10 +445,12 @@ def _criterion_sentence(c: CriterionLike, bench: Verdict | None) -> list[str]:
 
 
 def gate_verdict(criteria: Sequence[CriterionLike], report: BenchReport | None, *,
-                 admitted: bool, earlier: Sequence[str] = ()) -> Verdict:
+                 admitted: bool, earlier: Sequence[str] = (),
+                 inconclusive: bool = False) -> Verdict:
     """The admission verdict: one sentence per failed criterion (the deciding one if all pass).
 
-    ``earlier`` are reasons from before the gate (verification, an unmeasurable bench).
+    ``earlier`` are reasons from before the gate (verification, an unmeasurable bench);
+    ``inconclusive``: the decision's own outcome (the bench was cut short, never a pass).
     """
     bench = bench_verdict(report) if report is not None else None
     p95 = report.settings.p95_concurrency if report is not None else None
@@ -402,6 +461,15 @@ def gate_verdict(criteria: Sequence[CriterionLike], report: BenchReport | None, 
     reasons = list(earlier)
     for c in failed:
         reasons += _criterion_sentence(c, bench)
+    st = report.stopping if report is not None else None
+    if inconclusive and st is not None:
+        cut = {"time_budget": f"its time budget ({st.time_budget_s or 0:.0f} s) ran out",
+               "interrupted": "it was interrupted",
+               "max_rounds": f"it reached its {st.max_rounds} rounds"}.get(st.reason, st.reason)
+        return Verdict("inconclusive", f"inconclusive, not admitted: the benchmark stopped "
+                       f"after {st.rounds} rounds because {cut}, before the throughput ratio "
+                       f"was clear of the threshold {st.threshold:.2f} either way",
+                       tuple(reasons), p95)
     if not failed:
         first = reasons[0] if reasons else "no criterion could be evaluated"
         return Verdict("rejected", f"rejected before the gate: {first}", tuple(reasons[1:]),

@@ -28,10 +28,13 @@ from scipy import stats as sps
 
 from specbundle.strict import MalformedDocument, loads_json
 
-__all__ = ["PROBE_ENGINES", "VerifyCost", "VerifySample", "probe", "verify_cost"]
+__all__ = ["PROBE_ENGINES", "VERIFY_SAMPLES", "VerifyCost", "VerifySample", "probe",
+           "verify_cost"]
 
 #: Engines whose timings let the probe measure prompt processing server-side.
 PROBE_ENGINES = ("llamacpp",)
+#: Interleaved pairs per level after which the bench stops probing v (two launches' worth).
+VERIFY_SAMPLES = 10
 _PREFIX = 48  # cached prefix length (tokens): a realistic short context, cheap to prefill
 
 

@@ -95,7 +95,10 @@ def _show_revocations(check: RevocationCheck) -> None:
 
 def _show_bundle(b: BundleAudit) -> None:
     # names, paths, licenses and repos come from records and model cards: shown literally
-    console.print(f"\n[bold]{esc(b.name)}[/] ({esc(b.method)}), created {esc(b.created)} by "
+    word, why = b.decision()  # the decision first: one word, one sentence of why
+    console.print(f"\n[bold {'green' if word == 'ADMITTED' else 'red'}]{esc(word)}[/] "
+                  f"{esc(b.name)}: {esc(why)}")
+    console.print(f"[bold]{esc(b.name)}[/] ({esc(b.method)}), created {esc(b.created)} by "
                   f"specbundle {esc(b.tool_version)}: chain "
                   f"{_status('failed' if b.broken else 'ok')}")
     for a in b.artifacts:

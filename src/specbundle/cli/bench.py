@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -14,20 +16,36 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from specbundle.bench import BenchOptions, BenchReport, report_path, run_bench
 from specbundle.bench.runner import Progress as ProgressFn
-from specbundle.bench.verdict import Verdict, looks_text, percent, verdict_first
+from specbundle.bench.verdict import (
+    Verdict,
+    bench_decision,
+    c_basis,
+    looks_text,
+    percent,
+    verdict_first,
+)
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, err_console, print_table, write_json_text
 from specbundle.cli.verify import bundle_options, open_bundle
 from specbundle.errors import UsageError
 
-__all__ = ["bench_options", "command", "show_report", "show_verdict", "step_progress"]
+__all__ = ["bench_options", "command", "interruptible", "show_decision", "show_report",
+           "show_verdict", "step_progress", "time_budget_option"]
 
 
 @contextlib.contextmanager
-def step_progress(enabled: bool) -> Iterator[ProgressFn | None]:
-    """A rich bar over the benchmark's measured steps (stderr; off with --json)."""
+def step_progress(enabled: bool) -> Iterator[ProgressFn]:
+    """Progress on stderr in every mode: a rich bar on a terminal, else (``--json``, a log)
+    one line per step (round, arm, level, the P95 ratio's current interval, time used)."""
     if not enabled or not err_console.is_terminal:
-        yield None
+        last = [""]
+
+        def line(what: str, done: int, total: int) -> None:
+            if what != last[0]:
+                last[0] = what
+                click.echo(f"bench: [{done}/{total}] {what}", err=True)
+
+        yield line
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console) as bar:
@@ -39,17 +57,46 @@ def step_progress(enabled: bool) -> Iterator[ProgressFn | None]:
         yield update
 
 
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGTERM acts as SIGINT while a benchmark runs: the runner stops, the partial report
+    is written (and admit signs an inconclusive decision) instead of dying mid-write."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+time_budget_option = click.option(
+    "--time-budget", type=click.FloatRange(min=1.0), default=None,
+    help="Seconds for the whole benchmark; when spent it stops with the evidence so far, "
+         "inconclusive (never admitted). Default: the spec's bench.time_budget_s, else "
+         "120 s x bench.rounds x arm launches per round.")
+
+
 def _fmt(v: float | None, spec: str = ".3f") -> str:
     return "-" if v is None else format(v, spec)
 
 
 _VERDICT_COLORS = {"wins": "green", "admitted": "green", "loses": "red", "rejected": "red"}
+_WORD_COLORS = {"PASSES": "green", "ADMITTED": "green", "REJECTED": "red", "OFF": "red"}
 
 
-def show_verdict(verdict: Verdict | None) -> None:
-    """The decision first: the headline, then one sentence per deciding reason."""
+def show_decision(word: str, why: str) -> None:
+    """The decision in one word and one sentence of why: the first line of every report."""
+    console.print(f"[bold {_WORD_COLORS.get(word, 'yellow')}]{escape(word)}[/]: {escape(why)}")
+
+
+def show_verdict(verdict: Verdict | None, decision: tuple[str, str] | None = None) -> None:
+    """The decision first (one word, one sentence), the headline, then the reasons."""
     if verdict is None:
         return
+    if decision is not None:
+        show_decision(*decision)
     color = _VERDICT_COLORS.get(verdict.outcome, "yellow")
     console.print(f"[bold {color}]{escape(verdict.headline)}[/]")
     for reason in verdict.reasons:
@@ -57,8 +104,8 @@ def show_verdict(verdict: Verdict | None) -> None:
 
 
 def show_report(report: BenchReport, path: Path) -> None:
-    """Human summary: the verdict, one row per concurrency level, then validity and notes."""
-    show_verdict(report.verdict)
+    """Human summary: the decision and verdict, one row per level, then validity and notes."""
+    show_verdict(report.verdict, bench_decision(report))
     if report.server.get("custody", {}).get("signed") is False:
         console.print("[bold red]UNSIGNED[/]: measured the unsigned bundle record (--unsigned)")
     console.print(f"bench [bold]{report.bundle}[/] on {report.engine}: run {report.run_id} "
@@ -101,7 +148,8 @@ def show_report(report: BenchReport, path: Path) -> None:
     for lv in report.levels:
         if lv.c_ci is not None:
             console.print(f"c at {lv.concurrency}: {lv.c_ci.ratio:.3f} [{lv.c_ci.low:.3f}, "
-                          f"{lv.c_ci.high:.3f}] over {lv.c_ci.n_base} rounds"
+                          f"{lv.c_ci.high:.3f}] over "
+                          f"{c_basis(lv.c_ci.n_base, len(lv.base.round_output_throughput))}"
                           + (f"; {lv.c_check.note}" if lv.c_check else ""))
     if st is not None:
         looks = looks_text(st.looks, st.per_look_confidence, report.settings.confidence)
@@ -198,9 +246,7 @@ def make_options(base_url: str | None, baseline_url: str | None, draft_url: str 
 @bundle_options
 @mirror_option
 @bench_options
-@click.option("--time-budget", type=click.FloatRange(min=1.0), default=None,
-              help="Seconds: start no extra ABBA pair that would end past this (default: the "
-                   "spec's bench.time_budget_s).")
+@time_budget_option
 @json_option
 def command(bundle: str, trust: Path | None, unsigned: bool, mirror_dir: Path | None, engine: str,
             runtime: str,
@@ -215,9 +261,11 @@ def command(bundle: str, trust: Path | None, unsigned: bool, mirror_dir: Path | 
                                 max_rounds), time_budget_s=time_budget)
     mirror = open_mirror(mirror_dir)
     value = open_bundle(mirror, bundle, trust, unsigned)
-    with step_progress(not as_json) as progress:
+    with interruptible(), step_progress(not as_json) as progress:
         report = run_bench(value, engine=engine, options=opts, progress=progress)
     if as_json:
         write_json_text(verdict_first(report.to_json()))
-        return
-    show_report(report, report_path(mirror, bundle, report.run_id))
+    else:
+        show_report(report, report_path(mirror, bundle, report.run_id))
+    if report.stopping is not None and report.stopping.reason == "interrupted":
+        raise KeyboardInterrupt  # the partial report is stored: exit 130 like any interrupt

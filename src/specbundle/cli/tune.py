@@ -12,7 +12,7 @@ from specbundle.bench.verdict import percent
 from specbundle.cli._keyopts import KEY_SOURCE, load_keys, passphrase_option
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json, print_table
-from specbundle.cli.bench import step_progress
+from specbundle.cli.bench import show_decision, step_progress
 from specbundle.cli.verify import bundle_options, open_bundle
 
 __all__ = ["command"]
@@ -43,6 +43,7 @@ def _floats(text: str | None) -> tuple[float, ...] | None:
 
 
 def _show(r: TuneResult) -> None:
+    show_decision(*r.decision())
     fixed = r.best_fixed.name if r.best_fixed else "-"
     console.print(f"tune [bold]{r.bundle}[/] on {r.engine}: run {r.run_id}, {r.rounds} rounds, "
                   f"{r.minutes_per_k:.1f} min per setting; best fixed setting {fixed}; "
