@@ -14,7 +14,8 @@ from pathlib import Path
 from specbundle.attest.dsse import Envelope
 from specbundle.errors import BundleNotFound, VerificationError
 from specbundle.mirror import Mirror
-from specbundle.strict import loads_json
+from specbundle.mirror.eventlog import MAX_LOG_BYTES
+from specbundle.strict import MalformedDocument, loads_json, read_mirror_file
 
 __all__ = ["ATTESTATIONS_FILE", "append_attestation", "attestations_path", "read_attestations"]
 
@@ -56,10 +57,17 @@ def read_attestations(
     A malformed line raises :class:`VerificationError` naming the line, unless ``problems`` is
     given: then the line's description is appended there and reading continues.
     """
-    path = attestations_path(mirror, bundle)
     try:
-        data = path.read_bytes()
+        data = read_mirror_file(attestations_path(mirror, bundle), max_bytes=MAX_LOG_BYTES,
+                                what=f"bundles/{bundle}/{ATTESTATIONS_FILE}")
     except FileNotFoundError:
+        return ()
+    except (MalformedDocument, OSError) as err:
+        msg = str(err) if isinstance(err, MalformedDocument) else (
+            f"{ATTESTATIONS_FILE} is unreadable: {err.strerror}")
+        if problems is None:
+            raise VerificationError(msg) from None
+        problems.append(msg)
         return ()
     out: list[Envelope] = []
     for no, raw in enumerate(data.splitlines(), start=1):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from specbundle.digest import is_sha256, sha256_bytes
 from specbundle.errors import UsageError, VerificationError
 from specbundle.mirror import Mirror, utc_now
 from specbundle.strict import loads_json
+from specbundle.transfer.importer import imported_log_seq
 from specbundle.verify.revocations import read_events_lenient
 
 __all__ = [
@@ -169,8 +170,11 @@ def log_floor(mirror: Mirror, trusted: Sequence[PublicKey]) -> dict[int, str]:
     return out
 
 
-def verify_events(mirror: Mirror, trusted: Sequence[PublicKey]) -> LogVerification:
-    """Verify the event log against itself and every trusted, unrevoked checkpoint."""
+def verify_events(mirror: Mirror, trusted: Sequence[PublicKey],
+                  floor: Mapping[int, str] | None = None) -> LogVerification:
+    """Verify the event log against itself, every trusted, unrevoked checkpoint, the head the
+    operator's trust state recorded (``floor``: seq -> digest) and the seq imports recorded.
+    """
     cps = read_checkpoints(mirror, trusted)
     revocations = check_revocations(read_events_lenient(mirror.events_path), trusted)
     revoked = revocations.revoked
@@ -193,7 +197,15 @@ def verify_events(mirror: Mirror, trusted: Sequence[PublicKey]) -> LogVerificati
     for seq, digest in log_floor(mirror, trusted).items():
         if usable.setdefault(seq, digest) != digest:
             problems.append(f"a signed transfer index and a checkpoint disagree about seq {seq}")
+    for seq, digest in (floor or {}).items():
+        if usable.setdefault(seq, digest) != digest:
+            problems.append(f"the trust state's recorded head and a checkpoint disagree about "
+                            f"seq {seq}: the log was rewritten")
     chain = verify_log(mirror.events_path, usable)
+    seen = imported_log_seq(mirror)
+    if seen > (chain.head_seq if chain.head_seq is not None else -1):
+        problems.append(f"the log ends at seq {chain.head_seq}, but an import recorded seq "
+                        f"{seen}: its tail was cut")
     return LogVerification(chain, cps, tuple(problems), revocations)
 
 

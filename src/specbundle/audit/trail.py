@@ -20,7 +20,7 @@ from specbundle.audit.collect import (
 from specbundle.audit.evidence import admissions, bench_audits, image_audits, render_audits
 from specbundle.audit.model import ArtifactAudit, AttestationAudit, AuditReport, BundleAudit, Link
 from specbundle.audit.revocation import Revocation, revoked_keys
-from specbundle.errors import BundleNotFound
+from specbundle.errors import BundleNotFound, CorruptMirror, VerificationError
 from specbundle.mirror import Mirror, utc_now
 from specbundle.record import BundleRecord
 from specbundle.verify import BundleVerificationFailed, VerifiedBundle, verify_bundle
@@ -106,6 +106,8 @@ def _verifier_link(mirror: Mirror, name: str, policy: TrustPolicy | None,
     except BundleVerificationFailed as err:
         return Link("signed manifest", "failed", "; ".join(
             str(p) for p in err.report.problems)), None
+    except (VerificationError, CorruptMirror) as err:  # a broken or rolled-back log
+        return Link("signed manifest", "failed", err.message), None
     return Link("signed manifest", "ok", f"version {vb.version}, manifest "
                 f"{vb.manifest_digest[:16]}…, verified by the same verifier as import/admit"), vb
 

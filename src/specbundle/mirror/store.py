@@ -50,7 +50,7 @@ from specbundle.mirror.eventlog import GENESIS
 from specbundle.mirror.gc import GcResult, collect, reclaim_partials
 from specbundle.mirror.lease import Lease
 from specbundle.record import ArtifactRecord, BundleRecord, FileEntry
-from specbundle.strict import MalformedDocument, load_json_file
+from specbundle.strict import MalformedDocument, load_json_file, read_mirror_file
 
 __all__ = ["GENESIS", "GcResult", "Mirror", "model_dir_name", "utc_now"]
 
@@ -248,7 +248,7 @@ class Mirror:
         path = self.bundle_dir(name) / "bundle.json"
         hint = "restore it from a transfer set or pull the bundle again"
         try:
-            data = load_json_file(path)
+            data = load_json_file(path, follow=False)
         except FileNotFoundError:
             known = ", ".join(self.bundle_names()) or "none"
             raise BundleNotFound(
@@ -293,9 +293,15 @@ class Mirror:
         """Read a stage output file, or None if the stage has not written it."""
         path = self.bundle_dir(name) / trees.safe_rel(rel)
         try:
-            return path.read_bytes()
+            return read_mirror_file(path, what=f"bundles/{name}/{rel}")
         except FileNotFoundError:
             return None
+        except MalformedDocument as err:
+            raise CorruptMirror(f"mirror {self.root}: {err}",
+                                hint="restore the bundle from a transfer set") from None
+        except OSError as err:
+            raise CorruptMirror(f"mirror {self.root}: cannot read bundles/{name}/{rel}: "
+                                f"{err.strerror}") from None
 
     # -- event log --------------------------------------------------------------------------
     @property

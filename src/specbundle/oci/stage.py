@@ -40,6 +40,7 @@ from specbundle.attest import (
 from specbundle.attest.manifest import BUNDLE_MANIFEST_V1, BundleManifest, parse_manifest
 from specbundle.errors import MirrorError, VerificationError
 from specbundle.mirror import Mirror, versions
+from specbundle.mirror.eventlog import read_chain
 from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.strict import MalformedDocument, loads_json
 from specbundle.transfer.importer import (
@@ -48,7 +49,14 @@ from specbundle.transfer.importer import (
     commit_version,
     staging_lock,
 )
-from specbundle.verify import HashedFile, TrustPolicy, VerifiedBundle, verify_bundle, write_hashed
+from specbundle.verify import (
+    HashedFile,
+    TrustPolicy,
+    VerifiedBundle,
+    floors,
+    verify_bundle,
+    write_hashed,
+)
 from specbundle.verify.revocations import revoked_fingerprints
 
 __all__ = ["Fetched", "StageResult", "stage_and_commit"]
@@ -323,7 +331,7 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
         except MirrorError as err:
             raise VerificationError(f"artifact is incomplete: {err.message}") from err
         verified = verify_bundle(staging, name, policy, hashed=hashed, progress=progress,
-                                 revoked=revoked)
+                                 revoked=revoked, floors_of=mirror)
         with mirror.lock():
             check_log_floor(mirror)
             _check_version(mirror, name, verified.version, man_bytes)  # another writer won?
@@ -338,6 +346,9 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
                     "target": verified.record.target.commit,
                     "draft": verified.record.draft.commit if verified.record.draft else None,
                     "attestations_added": added})
+                floors.raise_floors(policy, mirror, bundle=(
+                    name, verified.version, verified.manifest_digest),
+                    head=read_chain(mirror.events_path)[1])
         shutil.rmtree(staging.root, ignore_errors=True)
     return StageResult(verified, "unchanged" if unchanged else "pulled", len(hashed), nbytes,
                        added, tuple(ignored))

@@ -30,9 +30,10 @@ at load time.
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -42,13 +43,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from specbundle.attest import PREDICATE_BY_KIND, PublicKey, public_key_from_pem
 from specbundle.digest import sha256_bytes
 from specbundle.errors import SpecbundleError, SpecError
-from specbundle.strict import MalformedDocument, loads_yaml
+from specbundle.strict import MalformedDocument, loads_yaml, read_bounded
 
-__all__ = ["DEFAULT_REQUIRE", "Requirement", "TrustPolicy", "TrustedKey", "load_policy",
-           "parse_duration", "parse_policy"]
+__all__ = ["DEFAULT_REQUIRE", "Requirement", "TrustPolicy", "TrustedKey", "default_state_path",
+           "load_policy", "parse_duration", "parse_policy"]
 
 #: Used when ``require`` is omitted: every statement ``specbundle sign`` makes, 1-of-n.
 DEFAULT_REQUIRE = ("fetch-provenance", "scan-result", "pair-binding")
+#: Names the operator's trust state file instead of the one beside the policy.
+STATE_ENV = "SPECBUNDLE_TRUST_STATE"
 _DURATION = re.compile(r"^(\d+)\s*([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -144,6 +147,8 @@ class TrustPolicy:
     digest: str
     source: str
     revoked: Mapping[str, str] = field(default_factory=dict)
+    #: the operator's floor state (:mod:`specbundle.verify.floors`); None: policy from bytes
+    state_path: Path | None = None
 
     def key(self, fingerprint: str) -> TrustedKey | None:
         """The trusted key with this fingerprint."""
@@ -224,10 +229,25 @@ def parse_policy(data: bytes, *, source: str = "<policy>") -> TrustPolicy:
         raise SpecError(err.message, file=source) from err
 
 
-def load_policy(path: Path) -> TrustPolicy:
-    """Read and validate ``trust.yaml``; unreadable is an error, never an empty policy."""
+def default_state_path(policy_path: Path) -> Path:
+    """``<dir>/<stem>.state.json`` beside the policy: where its floors live by default."""
+    return policy_path.with_name(f"{policy_path.stem}.state.json")
+
+
+def load_policy(path: Path, *, state: Path | None = None) -> TrustPolicy:
+    """Read and validate ``trust.yaml``; unreadable is an error, never an empty policy.
+
+    ``state``: the operator's floor file (else ``$SPECBUNDLE_TRUST_STATE``, else
+    :func:`default_state_path`), which every
+    verification under this policy consults and raises (:mod:`specbundle.verify.floors`).
+    """
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, max_bytes=1024 * 1024, what="trust policy")
+    except MalformedDocument as err:
+        raise SpecError(str(err), file=str(path)) from None
     except OSError as err:
         raise SpecError(f"cannot read trust policy: {err.strerror}", file=str(path)) from err
-    return parse_policy(data, source=str(path))
+    pol = parse_policy(data, source=str(path))
+    env = os.environ.get(STATE_ENV)
+    chosen = state or (Path(env) if env else None) or default_state_path(path)
+    return replace(pol, state_path=chosen.absolute())
