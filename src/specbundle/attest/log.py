@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from specbundle._fsutil import real_dir
 from specbundle.attest.dsse import Envelope
 from specbundle.errors import BundleNotFound, VerificationError
 from specbundle.mirror import Mirror
@@ -35,12 +36,17 @@ def append_attestation(mirror: Mirror, bundle: str, envelope: Envelope) -> int:
     """
     if not (mirror.bundle_dir(bundle) / "bundle.json").is_file():
         raise BundleNotFound(f"no bundle named {bundle!r} in mirror {mirror.root}")
-    path = attestations_path(mirror, bundle)
+    path = real_dir(mirror.root, f"bundles/{bundle}") / ATTESTATIONS_FILE
     line = envelope.to_line() + b"\n"
-    existing = path.read_bytes() if path.exists() else b""
+    try:
+        existing = read_mirror_file(path, max_bytes=MAX_LOG_BYTES, what=ATTESTATIONS_FILE)
+    except FileNotFoundError:
+        existing = b""
+    except MalformedDocument as err:
+        raise VerificationError(f"bundles/{bundle}/{err}") from None
     if existing and not existing.endswith(b"\n"):
         line = b"\n" + line
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         os.write(fd, line)
         os.fsync(fd)

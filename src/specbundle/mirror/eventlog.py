@@ -11,7 +11,9 @@ with the bytes removed, so the log never blocks every later writer.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -116,8 +118,15 @@ def _repair(fd: int, size: int, path: Path) -> tuple[int, dict[str, Any] | None,
 def append_event(path: Path, entry: dict[str, Any]) -> dict[str, Any]:
     """Append ``entry`` (seq, prev filled in) after repairing a torn tail; caller holds the lock."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise CorruptMirror(f"event log {path} is not a regular file",
+                                hint="restore it from a backup")
     except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise CorruptMirror(f"event log {path} is a symbolic link",
+                                hint="restore it from a backup") from None
         raise disk_error(err, path, what="opening the event log") from err
     try:
         end, last, last_raw, repair = _repair(fd, os.fstat(fd).st_size, path)

@@ -24,7 +24,7 @@ import shutil
 from pathlib import Path
 
 from specbundle import _faults
-from specbundle._fsutil import atomic_write_bytes, fsync_dir
+from specbundle._fsutil import atomic_write_bytes, fsync_dir, real_dir
 from specbundle.digest import sha256_bytes
 from specbundle.errors import VerificationError
 from specbundle.mirror.store import Mirror
@@ -163,7 +163,8 @@ def reclaim_unflipped(mirror: Mirror, name: str) -> list[int]:
 
 def flip_current(mirror: Mirror, name: str, version: int) -> None:
     """Make ``version`` current by one atomic rename (the writer's last step)."""
-    path = mirror.bundle_dir(name) / CURRENT_REF
+    mirror.bundle_dir(name)
+    path = real_dir(mirror.root, f"bundles/{name}") / CURRENT_REF
     tmp = path.with_name(f".{CURRENT_REF}.{os.getpid()}.tmp")
     atomic_write_bytes(tmp, f"{version}\n".encode())
     _faults.point("versions.ref-staged")

@@ -11,14 +11,15 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from specbundle import __version__
 from specbundle._fsutil import atomic_write_bytes, fsync_dir
 from specbundle.attest.manifest import BundleManifest
-from specbundle.errors import EnvironmentProblem, RenderError, UsageError
+from specbundle.errors import CorruptMirror, EnvironmentProblem, RenderError, UsageError
 from specbundle.mirror import Mirror, versions
 from specbundle.record import BundleRecord
 from specbundle.render.interface import (
@@ -68,6 +69,8 @@ class RenderResult:
     command: ServeCommand
     baseline: ServeCommand
     lint: LintReport
+    #: what was rendered, by file name: what bench runs (never the file re-read later)
+    contents: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for ``--json``."""
@@ -275,7 +278,8 @@ def render_bundle(
         tool_version=__version__,
     )
     files = tgt.render(cmd, base, meta)
-    dest = out_dir or mirror.bundle_dir(name) / "render" / eng_name.value / tgt.name
+    # under the mirror, every folder on the way must be real (never a planted link)
+    dest = out_dir or mirror.output_dir(name, f"render/{eng_name.value}") / tgt.name
     extra = {
         "command.json": json.dumps({"speculative": cmd.to_json(), "baseline": base.to_json()},
                                    indent=2, sort_keys=True) + "\n",
@@ -289,12 +293,21 @@ def render_bundle(
             "image": cmd.image, "files": [p.name for p in written],
             "lint": {"errors": len(report.errors), "warnings": len(report.warnings)},
         })
-    return RenderResult(name, eng_name, tgt.name, dest, tuple(written), cmd, base, report)
+    return RenderResult(name, eng_name, tgt.name, dest, tuple(written), cmd, base, report,
+                        {f.path: f.content for f in files})
 
 
 def _write_folder(dest: Path, files: list[tuple[str, str, int]]) -> list[Path]:
-    """Write files into a staging folder beside ``dest``, then swap it in whole."""
-    dest = dest.resolve()
+    """Write files into a staging folder beside ``dest``, then swap it in whole.
+
+    A ``dest`` that is a link (or not a folder) is refused, never followed or replaced: the
+    swap below would otherwise move and delete whatever the link points at.
+    """
+    dest = dest.parent.resolve() / dest.name
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise CorruptMirror(f"refusing to replace {dest}: it is "
+                            + ("a symbolic link" if dest.is_symlink() else "not a folder"),
+                            hint="remove it (someone planted it) and render again")
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))

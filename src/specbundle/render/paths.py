@@ -56,6 +56,7 @@ def method_words_in(path: Path | str) -> list[str]:
 def ensure_aliases(mirror: Mirror, record: BundleRecord) -> tuple[Path, Path | None]:
     """Create or repoint the per-bundle aliases to the record's snapshots (atomic rename)."""
     target, draft = model_aliases(mirror.root, record.name, has_draft=record.draft is not None)
+    mirror.output_dir(record.name, "render/models")  # real folders only, never a planted link
     for link, art in ((target, record.target), (draft, record.draft)):
         if link is None or art is None:
             continue
@@ -68,7 +69,9 @@ def ensure_aliases(mirror: Mirror, record: BundleRecord) -> tuple[Path, Path | N
         rel = os.path.relpath(snap, link.parent)
         if link.is_symlink() and str(link.readlink()) == rel:
             continue
-        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.exists() and not link.is_symlink():
+            raise RenderError(f"refusing to replace {link}: it is not a model alias (a link)",
+                              hint="remove it (someone planted it) and render again")
         tmp = link.parent / f".{link.name}.{os.getpid()}.tmp"
         tmp.unlink(missing_ok=True)
         tmp.symlink_to(rel, target_is_directory=True)
