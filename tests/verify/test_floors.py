@@ -222,3 +222,14 @@ def make_fork(s: Signed, tmp: Path) -> Signed:
     time.sleep(1.1)
     sign_bundle(m, "pair", [s.key])
     return Signed(tmp, m, s.record, s.key, s.policy_path)
+
+
+def test_audit_log_verify_checks_the_seq_an_import_recorded(signed: Signed,
+                                                            tmp_path: Path) -> None:
+    dest = Mirror.open(tmp_path / "iso", create=True)
+    import_bundle(_set(signed, tmp_path, "v1"), dest, signed.policy)
+    assert verify_events(dest, signed.policy.public_keys).ok  # twin
+    lines = dest.events_path.read_bytes().splitlines(keepends=True)
+    dest.events_path.write_bytes(b"".join(lines[:-1]))  # the import event is cut
+    res = verify_events(dest, signed.policy.public_keys)
+    assert any("an import recorded seq" in p for p in res.problems)

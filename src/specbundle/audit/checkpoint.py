@@ -32,7 +32,8 @@ from specbundle.audit.revocation import RevocationCheck, check_revocations
 from specbundle.digest import is_sha256, sha256_bytes
 from specbundle.errors import UsageError, VerificationError
 from specbundle.mirror import Mirror, utc_now
-from specbundle.strict import loads_json
+from specbundle.mirror.eventlog import MAX_LOG_BYTES
+from specbundle.strict import MalformedDocument, loads_json, read_mirror_file
 from specbundle.transfer.importer import imported_log_seq
 from specbundle.verify.revocations import read_events_lenient
 
@@ -106,9 +107,11 @@ def read_checkpoints(mirror: Mirror, trusted: Iterable[PublicKey]) -> tuple[Chec
     """Every checkpoint in the file, each checked against ``trusted`` keys (never raises)."""
     keys = list(trusted)
     try:
-        data = _path(mirror).read_bytes()
+        data = read_mirror_file(_path(mirror), max_bytes=MAX_LOG_BYTES)
     except FileNotFoundError:
         return ()
+    except (MalformedDocument, OSError) as err:
+        return (Checkpoint(0, -1, "", "", frozenset(), (f"{CHECKPOINTS_FILE}: {err}",)),)
     out: list[Checkpoint] = []
     for no, raw in enumerate(data.splitlines(), start=1):
         if not raw.strip():
@@ -160,7 +163,7 @@ def log_floor(mirror: Mirror, trusted: Sequence[PublicKey]) -> dict[int, str]:
     out: dict[int, str] = {}
     for p in sorted(mirror.root.glob("bundles/*/export/index.json")):
         try:
-            cs = check_statement(Envelope.from_json(loads_json(p.read_bytes())), trusted)
+            cs = check_statement(Envelope.from_json(loads_json(read_mirror_file(p))), trusted)
             head = cs.statement.predicate.get("logHead")
         except (ValueError, OSError, VerificationError):
             continue

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import os
 import shutil
 import tempfile
@@ -51,7 +50,7 @@ from specbundle.record import BundleRecord
 from specbundle.render import render_bundle
 from specbundle.schedule import read_tuned
 from specbundle.spec import BundleSpec, parse_spec
-from specbundle.strict import MalformedDocument, loads_json
+from specbundle.strict import MalformedDocument, loads_json, read_mirror_file
 from specbundle.verify import VerifiedBundle
 
 __all__ = ["load_report", "report_path", "run_bench"]
@@ -92,9 +91,10 @@ def _workload(mirror: Mirror, rec: BundleRecord, spec: BundleSpec, *,
     in_bundle = mirror.bundle_dir(rec.name) / rel
     if rec.prompts_sha256 is not None:
         try:
-            if in_bundle.is_symlink():
-                raise OSError(errno.ELOOP, "is a symbolic link")
-            data = in_bundle.read_bytes()
+            data = read_mirror_file(in_bundle)  # a regular file, never a link, FIFO or device
+        except MalformedDocument as err:
+            raise SpecError(f"cannot read the bundle's prompts file {rel!r}: {err}",
+                            field="bench.prompts_file") from None
         except OSError as err:
             raise SpecError(f"cannot read the bundle's prompts file {rel!r}: {err.strerror}",
                             field="bench.prompts_file") from None

@@ -36,11 +36,10 @@ from typing import Any, Literal
 import filelock
 
 from specbundle import _faults
-from specbundle._fsutil import fsync_dir
+from specbundle._fsutil import fsync_dir, real_dir
 from specbundle.attest import (
     ATTESTATIONS_FILE,
     Envelope,
-    attestations_path,
     check_statement,
     parse_statement,
 )
@@ -97,7 +96,7 @@ def _index_revocations(idx: TransferIndex, policy: TrustPolicy) -> tuple[
     """The index's revocation envelopes that verify under the policy, and what they revoke."""
     events = [{"type": REVOCATION_EVENT, "seq": None, "data": {"envelope": e}}
               for e in idx.revocations]
-    check = check_revocations(events, policy.public_keys)
+    check = check_revocations(events, policy.public_keys, policy)
     good = {r.envelope_sha256 for r in check.revocations}
     envs = [e for e in idx.revocations
             if sha256_bytes(Envelope.from_json(e).to_line()) in good]
@@ -309,15 +308,15 @@ def commit_version(staging: Mirror, mirror: Mirror, verified: VerifiedBundle,
     for rel, data in files:
         mirror.write_bundle_file(name, rel, data)
     _faults.point(points.files_written)
-    new = attestations_path(staging, name)
-    old = attestations_path(mirror, name)
-    have = set(old.read_bytes().splitlines()) if old.exists() else set()
-    add = [ln for ln in (new.read_bytes().splitlines() if new.exists() else []) if ln
-           and ln not in have]
+    mine = mirror.read_bundle_file(name, ATTESTATIONS_FILE) or b""
+    have = set(mine.splitlines())
+    add = [ln for ln in (staging.read_bundle_file(name, ATTESTATIONS_FILE) or b"").splitlines()
+           if ln and ln not in have]
     if add:
-        old.parent.mkdir(parents=True, exist_ok=True)
-        prefix = b"\n" if old.exists() and not old.read_bytes().endswith(b"\n") else b""
-        with old.open("ab") as fh:
+        prefix = b"\n" if mine and not mine.endswith(b"\n") else b""
+        fd = os.open(real_dir(mirror.root, f"bundles/{name}") / ATTESTATIONS_FILE,
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "ab") as fh:
             fh.write(prefix + b"\n".join(add) + b"\n")
             fh.flush()
             os.fsync(fh.fileno())

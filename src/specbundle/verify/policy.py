@@ -20,6 +20,9 @@
       pair-binding: {threshold: 2, signers: [security, ml-lead], max_age: 30d}
     revoked:                           # keys retired everywhere (verify, import, admit, audit)
       - {fingerprint: <sha256 hex>, reason: "laptop stolen"}
+    revokers: [security]               # optional: may revoke any key; otherwise a signed
+                                       # revocation counts only from the key itself or a key
+                                       # whose repos and bundles scope covers the revoked key's
 
 An empty, unreadable or inconsistent policy is a :class:`SpecError`, never "trust all":
 unknown kinds, duplicate keys (also duplicate YAML mapping keys), a fingerprint that does
@@ -45,11 +48,14 @@ from specbundle.digest import sha256_bytes
 from specbundle.errors import SpecbundleError, SpecError
 from specbundle.strict import MalformedDocument, loads_yaml, read_bounded
 
-__all__ = ["DEFAULT_REQUIRE", "Requirement", "TrustPolicy", "TrustedKey", "default_state_path",
-           "load_policy", "parse_duration", "parse_policy"]
+__all__ = ["DEFAULT_REQUIRE", "MAX_CLOCK_SKEW", "Requirement", "TrustPolicy", "TrustedKey",
+           "default_state_path", "load_policy", "parse_duration", "parse_policy"]
 
 #: Used when ``require`` is omitted: every statement ``specbundle sign`` makes, 1-of-n.
 DEFAULT_REQUIRE = ("fetch-provenance", "scan-result", "pair-binding")
+#: How far a statement's signed time may lie ahead of the verifier's clock. Anything later is
+#: refused, never counted as fresh: a future date would otherwise outlive ``max_age``.
+MAX_CLOCK_SKEW = timedelta(minutes=5)
 #: Names the operator's trust state file instead of the one beside the policy.
 STATE_ENV = "SPECBUNDLE_TRUST_STATE"
 _DURATION = re.compile(r"^(\d+)\s*([smhdw])$")
@@ -95,6 +101,7 @@ class _Policy(BaseModel):
     require: dict[str, _Req] | None = None
     max_age: str | None = None
     revoked: list[_Revoked] = []
+    revokers: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,20 @@ class TrustPolicy:
     revoked: Mapping[str, str] = field(default_factory=dict)
     #: the operator's floor state (:mod:`specbundle.verify.floors`); None: policy from bytes
     state_path: Path | None = None
+    #: keys the policy designates to revoke any key (``revokers:``)
+    revokers: frozenset[str] = frozenset()
+
+    def may_revoke(self, signers: frozenset[str], fingerprint: str) -> bool:
+        """True if one of ``signers`` may revoke ``fingerprint``: the key itself, a designated
+        revoker, or a key whose scope (repos and bundles) covers the revoked key's. Any other
+        policy key revoking it would let a narrowly trusted key switch off a wider one."""
+        if fingerprint in signers or signers & self.revokers:
+            return True
+        victim = self.key(fingerprint)
+        if victim is None:
+            return bool(signers)  # not a key of this policy: revoking it takes nothing away
+        return any(k is not None and _covers(k.repos, victim.repos)
+                   and _covers(k.bundles, victim.bundles) for k in map(self.key, signers))
 
     def key(self, fingerprint: str) -> TrustedKey | None:
         """The trusted key with this fingerprint."""
@@ -158,6 +179,11 @@ class TrustPolicy:
     def public_keys(self) -> tuple[PublicKey, ...]:
         """Every trusted public key."""
         return tuple(k.public for k in self.keys)
+
+
+def _covers(wide: tuple[str, ...], narrow: tuple[str, ...]) -> bool:
+    """Every pattern of ``narrow`` is matched by a pattern of ``wide`` (``*`` covers all)."""
+    return all(any(fnmatch.fnmatchcase(n, w) for w in wide) for n in narrow)
 
 
 def _resolve(names: list[str] | None, keys: dict[str, TrustedKey], where: str) -> frozenset[str]:
@@ -206,7 +232,9 @@ def _build(p: _Policy, digest: str, source: str) -> TrustPolicy:
     return TrustPolicy(tuple(keys.values()), _resolve(p.model_signers, keys, "model_signers"),
                        tuple(reqs), digest, source,
                        {r.fingerprint: f"revoked by the trust policy: {r.reason}"
-                        for r in p.revoked})
+                        for r in p.revoked},
+                       revokers=_resolve(p.revokers, keys, "revokers") if p.revokers is not None
+                       else frozenset())
 
 
 def parse_policy(data: bytes, *, source: str = "<policy>") -> TrustPolicy:

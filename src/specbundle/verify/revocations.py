@@ -121,8 +121,13 @@ def _signed(raw: object, trusted: Sequence[PublicKey]) -> tuple[str, str, str, f
 
 def check_revocations(
     events: Iterable[Mapping[str, Any]], trusted: Sequence[PublicKey],
+    policy: TrustPolicy | None = None,
 ) -> RevocationCheck:
-    """Sort the ``revocation`` events of a log into trusted and ignored (never raises)."""
+    """Sort the ``revocation`` events of a log into trusted and ignored (never raises).
+
+    With ``policy``, a revocation also needs a signer that may revoke that key
+    (:meth:`TrustPolicy.may_revoke`: itself, a designated revoker or a same-scope key).
+    """
     good: list[Revocation] = []
     ignored: list[IgnoredRevocation] = []
     for ev in events:
@@ -150,6 +155,11 @@ def check_revocations(
         if not signers:
             skip("signed by no key of the trust policy (" + "; ".join(problems)
                  + "); ignored")
+            continue
+        if policy is not None and not policy.may_revoke(signers, fp):
+            skip(f"signed by key(s) {', '.join(x[:16] + '…' for x in sorted(signers))}, which "
+                 f"may not revoke {fp[:16]}… (not a designated revoker, narrower scope); "
+                 "ignored")
             continue
         if claim is not None and claim != fp:
             skip(f"its unsigned fields claim key {claim}, but the signed statement revokes "
@@ -224,7 +234,7 @@ def log_state(mirror: Mirror, policy: TrustPolicy,
     events, head = read_chain(mirror.events_path)
     floors.check_log(policy, mirror, events, head)
     from_log = {fp: r.detail
-                for fp, r in check_revocations(events, policy.public_keys).revoked.items()}
+                for fp, r in check_revocations(events, policy.public_keys, policy).revoked.items()}
     # recorded now, whatever the verification finds: a revocation (and the log that carried
     # it) must outlive the lines a mirror writer can delete
     floors.raise_floors(policy, mirror, head=head, revoked=from_log)
