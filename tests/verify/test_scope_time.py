@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from specbundle import attest
+from specbundle.audit import audit
 from specbundle.audit.revocation import revoke_key
 from specbundle.verify import BundleVerificationFailed, verify_bundle
 from specbundle.verify.policy import MAX_CLOCK_SKEW
@@ -28,6 +29,8 @@ def test_a_narrowly_scoped_key_cannot_revoke_a_wider_one(signed: Signed) -> None
     narrow = _with_narrow_key(signed)
     revoke_key(signed.mirror, signed.key.fingerprint, signer=narrow, reason="hostile")
     assert verify_bundle(signed.mirror, "pair", signed.policy).version == 1
+    (b,) = audit(signed.mirror, "pair", policy=signed.policy).bundles  # audit agrees
+    assert {x.name: x.status for x in b.links}["signed manifest"] == "ok"
 
 
 def test_a_designated_revoker_may_revoke_any_key(signed: Signed) -> None:

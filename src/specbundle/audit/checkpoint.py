@@ -35,6 +35,7 @@ from specbundle.mirror import Mirror, utc_now
 from specbundle.mirror.eventlog import MAX_LOG_BYTES
 from specbundle.strict import MalformedDocument, loads_json, read_mirror_file
 from specbundle.transfer.importer import imported_log_seq
+from specbundle.verify.policy import TrustPolicy
 from specbundle.verify.revocations import read_events_lenient
 
 __all__ = [
@@ -174,12 +175,14 @@ def log_floor(mirror: Mirror, trusted: Sequence[PublicKey]) -> dict[int, str]:
 
 
 def verify_events(mirror: Mirror, trusted: Sequence[PublicKey],
-                  floor: Mapping[int, str] | None = None) -> LogVerification:
+                  floor: Mapping[int, str] | None = None,
+                  policy: TrustPolicy | None = None) -> LogVerification:
     """Verify the event log against itself, every trusted, unrevoked checkpoint, the head the
     operator's trust state recorded (``floor``: seq -> digest) and the seq imports recorded.
+    With ``policy``, revocations count as the verifier counts them (who may revoke whom).
     """
     cps = read_checkpoints(mirror, trusted)
-    revocations = check_revocations(read_events_lenient(mirror.events_path), trusted)
+    revocations = check_revocations(read_events_lenient(mirror.events_path), trusted, policy)
     revoked = revocations.revoked
     usable: dict[int, str] = {}
     if trusted:

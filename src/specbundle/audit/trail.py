@@ -23,7 +23,7 @@ from specbundle.audit.revocation import Revocation, revoked_keys
 from specbundle.errors import BundleNotFound, CorruptMirror, VerificationError
 from specbundle.mirror import Mirror, utc_now
 from specbundle.record import BundleRecord
-from specbundle.verify import BundleVerificationFailed, VerifiedBundle, verify_bundle
+from specbundle.verify import BundleVerificationFailed, VerifiedBundle, floors, verify_bundle
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = ["apply_revocations", "audit", "audit_bundle", "resolve_subject"]
@@ -143,7 +143,7 @@ def audit_bundle(
     """
     rec = mirror.load_bundle(name)
     if revoked is None:
-        revoked = revoked_keys(mirror, policy.public_keys if policy else ())
+        revoked = revoked_keys(mirror, policy.public_keys if policy else (), policy)
     # The verifier re-hashes every byte; only when it fails does the audit hash again, to
     # name each damaged file (one read of the data for an intact bundle).
     verifier, vb = _verifier_link(mirror, name, policy, revoked)
@@ -194,7 +194,8 @@ def audit(
     """
     names = resolve_subject(mirror, subject)
     keys = policy.public_keys if policy else ()
-    log = verify_events(mirror, keys)
+    log = verify_events(mirror, keys, floors.log_floor(policy, mirror) if policy else None,
+                        policy)
     events = read_events_lenient(mirror.events_path)
     bundles = tuple(audit_bundle(mirror, n, policy, rehash=rehash, events=events,
                                  revoked=log.revocations.revoked) for n in names)

@@ -181,7 +181,7 @@ def log(mirror_dir: Path | None, trust: Path | None, verify: bool, as_json: bool
     mirror = open_mirror(mirror_dir)
     policy = _policy(trust)
     res = verify_events(mirror, policy.public_keys if policy else (),
-                        floors.log_floor(policy, mirror) if policy else None)
+                        floors.log_floor(policy, mirror) if policy else None, policy)
     if verify and policy is not None and res.ok and res.chain.head_seq is not None \
             and res.chain.head_digest is not None:
         floors.raise_floors(policy, mirror, head=(res.chain.head_seq, res.chain.head_digest))

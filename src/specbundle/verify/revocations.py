@@ -174,9 +174,12 @@ def read_revocations(mirror: Mirror, trusted_keys: Iterable[PublicKey]) -> tuple
     return check_revocations(events, list(trusted_keys)).revocations
 
 
-def revoked_keys(mirror: Mirror, trusted_keys: Iterable[PublicKey]) -> Mapping[str, Revocation]:
-    """Fingerprint -> earliest trusted revocation, from the mirror's event log."""
-    return check_revocations(read_events_lenient(mirror.events_path), list(trusted_keys)).revoked
+def revoked_keys(mirror: Mirror, trusted_keys: Iterable[PublicKey],
+                 policy: TrustPolicy | None = None) -> Mapping[str, Revocation]:
+    """Fingerprint -> earliest trusted revocation, from the mirror's event log (with
+    ``policy``: only revocations a signer may make, as the verifier counts them)."""
+    return check_revocations(read_events_lenient(mirror.events_path), list(trusted_keys),
+                             policy).revoked
 
 
 def revocation_lines(check: RevocationCheck) -> list[str]:
