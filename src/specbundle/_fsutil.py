@@ -11,15 +11,16 @@ import errno
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from specbundle.errors import DiskError
+from specbundle.errors import CorruptMirror, DiskError
 
 __all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_json", "canonical_json",
-           "disk_error", "fsync_dir"]
+           "disk_error", "fsync_dir", "real_dir"]
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
@@ -47,6 +48,44 @@ def disk_error(err: OSError, path: Path, *, need: int | None = None,
                               " the previous state was kept")
     return DiskError(f"{what} {path} failed: {err.strerror or err}",
                      hint="the previous state was kept")
+
+
+def real_dir(root: Path, rel: str | PurePosixPath = "", *, create: bool = True) -> Path:
+    """``root/rel`` as a real directory, for writing into a folder someone else may write.
+
+    Every component below ``root`` must be a directory and never a symbolic link (checked
+    with ``lstat``, created when missing and ``create`` is set): a link or a file planted in a
+    mirror's ``bundles/<name>/render`` (or anywhere on the way) would otherwise make a writer
+    replace or delete a folder outside the mirror. ``root`` itself is the caller's (e.g. the
+    mirror root the operator named). The one rule every writer into a mirror uses.
+
+    Raises:
+        CorruptMirror: a component is a symbolic link or not a directory (exit 3).
+        DiskError: a missing component cannot be created.
+    """
+    cur = root
+    for part in PurePosixPath(rel).parts:
+        if part in (".", "..", "/"):
+            raise CorruptMirror(f"refusing to write through {root}/{rel}: unsafe component")
+        cur = cur / part
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            if not create:
+                return cur
+            try:
+                cur.mkdir(0o755)
+            except FileExistsError:
+                st = os.lstat(cur)  # created meanwhile: check what it is
+            except OSError as err:
+                raise disk_error(err, cur, what="creating") from err
+            else:
+                continue
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a folder"
+            raise CorruptMirror(f"refusing to write through {cur}: it is {kind}",
+                                hint="someone planted it in the mirror; remove it and rerun")
+    return cur
 
 
 def fsync_dir(path: Path) -> None:

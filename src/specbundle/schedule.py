@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from specbundle.attest.log import read_attestations
 from specbundle.attest.predicates import TUNE_SCHEDULE_V1
@@ -172,13 +174,21 @@ def read_logged_schedule(mirror: Mirror, name: str, engine: str) -> TunedSchedul
 
 
 def apply_tuned(spec: BundleSpec, tuned: TunedSchedule | None) -> BundleSpec:
-    """The spec with the measured schedule in force for its engine."""
+    """The spec with the measured schedule in force for its engine.
+
+    Every value taken from the schedule re-enters through the spec's own validation (field
+    ranges and the spec-wide rules): a signed schedule cannot put in force what a spec could
+    not say (``p_min`` 7.5, a negative K).
+
+    Raises:
+        SpecError: a schedule value the spec refuses.
+    """
     if tuned is None:
         return spec
     sp = spec.speculative
     if tuned.engine == "vllm" and tuned.max_k > 0:
         triples = tuple(tuple(t) for t in tuned.vllm_triples())
-        return spec.model_copy(update={"speculative": sp.model_copy(update={
+        return _revalidated(spec, {"speculative": _revalidated(sp, {
             "num_speculative_tokens": tuned.max_k, "schedule": triples})})
     if tuned.engine == "llamacpp" and spec.engines.llamacpp is not None:
         tier = tuned.at(tuned.p95_concurrency)
@@ -187,7 +197,20 @@ def apply_tuned(spec: BundleSpec, tuned: TunedSchedule | None) -> BundleSpec:
         upd: dict[str, object] = {"draft_n_max": tier.k}
         if tier.p_min is not None:
             upd["draft_p_min"] = tier.p_min
-        lc = spec.engines.llamacpp.model_copy(update=upd)
-        return spec.model_copy(update={"engines": spec.engines.model_copy(
-            update={"llamacpp": lc})})
+        lc = _revalidated(spec.engines.llamacpp, upd)
+        return _revalidated(spec, {"engines": _revalidated(spec.engines, {"llamacpp": lc})})
     return spec
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _revalidated(model: _M, update: dict[str, object]) -> _M:
+    """``model`` with ``update`` applied through its validators (never ``model_copy``)."""
+    try:
+        return type(model).model_validate({**dict(model), **update})
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise SpecError(f"tuned schedule value refused by the spec's rules: {first['msg']}",
+                        file=SCHEDULE_FILE, field=loc) from None

@@ -17,8 +17,11 @@ refusal or depth limits as options; both parsers still do all the tokenising.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,7 @@ __all__ = [
     "loads_json",
     "loads_yaml",
     "read_bounded",
+    "read_mirror_file",
 ]
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
@@ -69,18 +73,44 @@ def decode_utf8(data: bytes, *, what: str = "document") -> str:
 
 def read_bounded(
     path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, what: str | None = None,
+    follow: bool = True,
 ) -> bytes:
-    """Read a whole file, refusing one larger than ``max_bytes`` before reading it.
+    """Read a whole regular file, refusing one larger than ``max_bytes`` before reading it.
+
+    The open never blocks (a FIFO would hang the reader) and anything but a regular file (a
+    FIFO, a device such as ``/dev/zero``, a directory) is refused; with ``follow`` false a
+    symbolic link in the last component is refused too (every mirror read: see
+    :func:`read_mirror_file`).
 
     Raises:
-        MalformedDocument: the file is too large.
+        MalformedDocument: the file is too large, not a regular file, or a refused link.
         OSError: the file cannot be read (the caller names the path in its own error).
     """
-    with path.open("rb") as fh:
+    name = what or path.name
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        if err.errno == errno.ELOOP and not follow:
+            raise MalformedDocument(f"{name} is a symbolic link, not a regular file") from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise MalformedDocument(f"{name} is not a regular file")
+        if st.st_size > max_bytes:
+            raise MalformedDocument(f"{name} is larger than {max_bytes} bytes")
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise MalformedDocument(f"{what or path.name} is larger than {max_bytes} bytes")
+        raise MalformedDocument(f"{name} is larger than {max_bytes} bytes")
     return data
+
+
+def read_mirror_file(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                     what: str | None = None) -> bytes:
+    """The one way to read a file from a mirror or transfer set: a regular file, not a link,
+    at most ``max_bytes`` (a link to ``/dev/zero`` or a FIFO is a malformed document)."""
+    return read_bounded(path, max_bytes=max_bytes, what=what, follow=False)
 
 
 def _depth(value: Any, limit: int) -> None:
@@ -231,10 +261,10 @@ def loads_yaml(
 
 
 def load_json_file(path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                   max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+                   max_depth: int = DEFAULT_MAX_DEPTH, follow: bool = True) -> Any:
     """:func:`loads_json` over a file, bounded before reading (OSError passes through)."""
-    return loads_json(read_bounded(path, max_bytes=max_bytes), max_bytes=max_bytes,
-                      max_depth=max_depth, what=path.name)
+    return loads_json(read_bounded(path, max_bytes=max_bytes, follow=follow),
+                      max_bytes=max_bytes, max_depth=max_depth, what=path.name)
 
 
 def load_yaml_file(path: Path, *, max_bytes: int = 1024 * 1024,

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from specbundle import attest
 from specbundle.attest import Statement, append_attestation, artifact_subjects, sign_statement
 from specbundle.attest.mirrored import bundle_manifest
 from specbundle.attest.predicates import TUNE_SCHEDULE_V1
 from specbundle.bundle import read_unsigned
 from specbundle.digest import sha256_bytes
+from specbundle.errors import SpecError
 from specbundle.mirror import Mirror
 from specbundle.render import render_bundle
-from specbundle.schedule import SCHEDULE_FILE, Tier, TunedSchedule
+from specbundle.schedule import SCHEDULE_FILE, Tier, TunedSchedule, apply_tuned
 from specbundle.sign import sign_bundle
+from specbundle.spec import parse_spec
 from specbundle.verify import load_policy, verify_bundle
+from tests.render.conftest import spec_dict
 from tests.sign.helpers import policy_doc, pulled_bundle, write_policy, write_scan_report
 
 
@@ -94,3 +99,32 @@ def test_a_superseded_signed_schedule_copied_back_is_not_applied(tmp_path: Path)
     assert verify_bundle(mirror, "pair", load_policy(policy)).tuned_schedule("vllm") is None
     args = " ".join(_k(tmp_path, mirror, policy, "c")).replace(" ", "")
     assert '"num_speculative_tokens":3' not in args
+
+
+def test_a_schedule_tuned_for_another_bundle_name_is_not_applied(tmp_path: Path) -> None:
+    """Same artifacts, same eligible key, but the statement names another bundle's schedule."""
+    mirror, release, _other, policy, sched = _setup(tmp_path)
+    subjects = []
+    for art in mirror.load_bundle("pair").artifacts:
+        root = bundle_manifest(mirror, art).root_digest
+        subjects += list(artifact_subjects(art.repo, root, art.commit, art.commit_kind))
+    st = Statement.build(subjects, TUNE_SCHEDULE_V1, {
+        "engine": "vllm", "runId": "r1",
+        "schedule": {"uri": f"specbundle:bundle/other/{SCHEDULE_FILE}",
+                     "digest": {"sha256": sha256_bytes(sched)}}})
+    append_attestation(mirror, "pair", sign_statement(st, [release]))
+    assert verify_bundle(mirror, "pair", load_policy(policy)).tuned_schedules == frozenset()
+    _tune_statement(mirror, "pair", sched, release)  # twin: this bundle's own statement
+    assert verify_bundle(mirror, "pair", load_policy(policy)).tuned_schedules == frozenset(
+        {sha256_bytes(sched)})
+
+
+@pytest.mark.parametrize("p_min", [7.5, -3.0])
+def test_signed_schedule_values_outside_the_spec_ranges_are_refused(p_min: float) -> None:
+    spec = parse_spec(spec_dict())
+    ok = TunedSchedule("llamacpp", "r1", 4, (Tier(4, 3, 0.5),))
+    assert apply_tuned(spec, ok).engines.llamacpp.draft_p_min == 0.5  # type: ignore[union-attr]
+    bad = TunedSchedule("llamacpp", "r1", 4, (Tier(4, 3, p_min),))
+    with pytest.raises(SpecError, match="refused by the spec's rules") as err:
+        apply_tuned(spec, bad)
+    assert "draft_p_min" in str(err.value.field)

@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from specbundle._fsutil import real_dir
 from specbundle.attest.dsse import Envelope
 from specbundle.errors import BundleNotFound, VerificationError
 from specbundle.mirror import Mirror
-from specbundle.strict import loads_json
+from specbundle.mirror.eventlog import MAX_LOG_BYTES
+from specbundle.strict import MalformedDocument, loads_json, read_mirror_file
 
 __all__ = ["ATTESTATIONS_FILE", "append_attestation", "attestations_path", "read_attestations"]
 
@@ -34,12 +36,17 @@ def append_attestation(mirror: Mirror, bundle: str, envelope: Envelope) -> int:
     """
     if not (mirror.bundle_dir(bundle) / "bundle.json").is_file():
         raise BundleNotFound(f"no bundle named {bundle!r} in mirror {mirror.root}")
-    path = attestations_path(mirror, bundle)
+    path = real_dir(mirror.root, f"bundles/{bundle}") / ATTESTATIONS_FILE
     line = envelope.to_line() + b"\n"
-    existing = path.read_bytes() if path.exists() else b""
+    try:
+        existing = read_mirror_file(path, max_bytes=MAX_LOG_BYTES, what=ATTESTATIONS_FILE)
+    except FileNotFoundError:
+        existing = b""
+    except MalformedDocument as err:
+        raise VerificationError(f"bundles/{bundle}/{err}") from None
     if existing and not existing.endswith(b"\n"):
         line = b"\n" + line
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         os.write(fd, line)
         os.fsync(fd)
@@ -56,10 +63,17 @@ def read_attestations(
     A malformed line raises :class:`VerificationError` naming the line, unless ``problems`` is
     given: then the line's description is appended there and reading continues.
     """
-    path = attestations_path(mirror, bundle)
     try:
-        data = path.read_bytes()
+        data = read_mirror_file(attestations_path(mirror, bundle), max_bytes=MAX_LOG_BYTES,
+                                what=f"bundles/{bundle}/{ATTESTATIONS_FILE}")
     except FileNotFoundError:
+        return ()
+    except (MalformedDocument, OSError) as err:
+        msg = str(err) if isinstance(err, MalformedDocument) else (
+            f"{ATTESTATIONS_FILE} is unreadable: {err.strerror}")
+        if problems is None:
+            raise VerificationError(msg) from None
+        problems.append(msg)
         return ()
     out: list[Envelope] = []
     for no, raw in enumerate(data.splitlines(), start=1):

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from specbundle.digest import sha256_bytes
 from specbundle.mirror import GENESIS
+from specbundle.mirror.eventlog import read_log
 from specbundle.strict import loads_json
 from specbundle.verify.revocations import read_events_lenient
 
@@ -239,8 +240,4 @@ def _issue_key(i: ChainIssue) -> tuple[int, int]:
 
 def verify_log(path: Path, checkpoints: Mapping[int, str] | None = None) -> ChainReport:
     """Check the event log file at ``path`` (an absent log is an empty, intact chain)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        data = b""
-    return verify_chain(data.splitlines(), checkpoints)
+    return verify_chain(read_log(path).splitlines(), checkpoints)

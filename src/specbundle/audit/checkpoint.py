@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,10 @@ from specbundle.audit.revocation import RevocationCheck, check_revocations
 from specbundle.digest import is_sha256, sha256_bytes
 from specbundle.errors import UsageError, VerificationError
 from specbundle.mirror import Mirror, utc_now
-from specbundle.strict import loads_json
+from specbundle.mirror.eventlog import MAX_LOG_BYTES
+from specbundle.strict import MalformedDocument, loads_json, read_mirror_file
+from specbundle.transfer.importer import imported_log_seq
+from specbundle.verify.policy import TrustPolicy
 from specbundle.verify.revocations import read_events_lenient
 
 __all__ = [
@@ -105,9 +108,11 @@ def read_checkpoints(mirror: Mirror, trusted: Iterable[PublicKey]) -> tuple[Chec
     """Every checkpoint in the file, each checked against ``trusted`` keys (never raises)."""
     keys = list(trusted)
     try:
-        data = _path(mirror).read_bytes()
+        data = read_mirror_file(_path(mirror), max_bytes=MAX_LOG_BYTES)
     except FileNotFoundError:
         return ()
+    except (MalformedDocument, OSError) as err:
+        return (Checkpoint(0, -1, "", "", frozenset(), (f"{CHECKPOINTS_FILE}: {err}",)),)
     out: list[Checkpoint] = []
     for no, raw in enumerate(data.splitlines(), start=1):
         if not raw.strip():
@@ -159,7 +164,7 @@ def log_floor(mirror: Mirror, trusted: Sequence[PublicKey]) -> dict[int, str]:
     out: dict[int, str] = {}
     for p in sorted(mirror.root.glob("bundles/*/export/index.json")):
         try:
-            cs = check_statement(Envelope.from_json(loads_json(p.read_bytes())), trusted)
+            cs = check_statement(Envelope.from_json(loads_json(read_mirror_file(p))), trusted)
             head = cs.statement.predicate.get("logHead")
         except (ValueError, OSError, VerificationError):
             continue
@@ -169,10 +174,15 @@ def log_floor(mirror: Mirror, trusted: Sequence[PublicKey]) -> dict[int, str]:
     return out
 
 
-def verify_events(mirror: Mirror, trusted: Sequence[PublicKey]) -> LogVerification:
-    """Verify the event log against itself and every trusted, unrevoked checkpoint."""
+def verify_events(mirror: Mirror, trusted: Sequence[PublicKey],
+                  floor: Mapping[int, str] | None = None,
+                  policy: TrustPolicy | None = None) -> LogVerification:
+    """Verify the event log against itself, every trusted, unrevoked checkpoint, the head the
+    operator's trust state recorded (``floor``: seq -> digest) and the seq imports recorded.
+    With ``policy``, revocations count as the verifier counts them (who may revoke whom).
+    """
     cps = read_checkpoints(mirror, trusted)
-    revocations = check_revocations(read_events_lenient(mirror.events_path), trusted)
+    revocations = check_revocations(read_events_lenient(mirror.events_path), trusted, policy)
     revoked = revocations.revoked
     usable: dict[int, str] = {}
     if trusted:
@@ -193,7 +203,15 @@ def verify_events(mirror: Mirror, trusted: Sequence[PublicKey]) -> LogVerificati
     for seq, digest in log_floor(mirror, trusted).items():
         if usable.setdefault(seq, digest) != digest:
             problems.append(f"a signed transfer index and a checkpoint disagree about seq {seq}")
+    for seq, digest in (floor or {}).items():
+        if usable.setdefault(seq, digest) != digest:
+            problems.append(f"the trust state's recorded head and a checkpoint disagree about "
+                            f"seq {seq}: the log was rewritten")
     chain = verify_log(mirror.events_path, usable)
+    seen = imported_log_seq(mirror)
+    if seen > (chain.head_seq if chain.head_seq is not None else -1):
+        problems.append(f"the log ends at seq {chain.head_seq}, but an import recorded seq "
+                        f"{seen}: its tail was cut")
     return LogVerification(chain, cps, tuple(problems), revocations)
 
 
@@ -222,7 +240,7 @@ def write_checkpoint(mirror: Mirror, keys: Sequence[SigningKey]) -> Checkpoint:
         env = sign_statement(st, keys)
         path = _path(mirror)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             os.write(fd, env.to_line() + b"\n")
             os.fsync(fd)

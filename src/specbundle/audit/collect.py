@@ -38,7 +38,7 @@ from specbundle.mirror import Mirror, versions
 from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.record import ArtifactRecord, BundleRecord
 from specbundle.scan.findings import ScanReport
-from specbundle.strict import loads_json, loads_yaml, read_bounded
+from specbundle.strict import loads_json, loads_yaml, read_bounded, read_mirror_file
 from specbundle.verify.anchors import open_anchored
 from specbundle.verify.policy import TrustPolicy
 
@@ -105,7 +105,7 @@ def own_manifests(mirror: Mirror, name: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for p in sorted((mirror.bundle_dir(name) / "versions").glob("*/manifest.json")):
         try:
-            out[sha256_bytes(Envelope.from_json(loads_json(p.read_bytes())).payload)] = \
+            out[sha256_bytes(Envelope.from_json(loads_json(read_mirror_file(p))).payload)] = \
                 int(p.parent.name)
         except (ValueError, OSError, VerificationError):
             continue

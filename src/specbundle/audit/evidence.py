@@ -20,7 +20,7 @@ from specbundle.image_record import read_image_records
 from specbundle.mirror import Mirror, model_dir_name
 from specbundle.record import BundleRecord
 from specbundle.render.paths import model_aliases
-from specbundle.strict import loads_json
+from specbundle.strict import MalformedDocument, loads_json, read_mirror_file
 
 __all__ = ["admissions", "bench_audits", "image_audits", "mentions", "render_audits"]
 
@@ -56,7 +56,10 @@ def bench_audits(
     """Every stored run with its key figures; linked to any bench-evidence statement."""
     out: list[BenchAudit] = []
     for path in sorted((mirror.bundle_dir(rec.name) / "bench").glob("*/report.json")):
-        data = path.read_bytes()
+        try:
+            data = read_mirror_file(path)
+        except (MalformedDocument, OSError):
+            continue  # a planted link, FIFO or device is no report
         digest = sha256_bytes(data)
         run_id = path.parent.name
         evidence = [a for a, (ptype, pred) in zip(attestations, raw_predicates, strict=True)
@@ -120,7 +123,10 @@ def render_audits(mirror: Mirror, rec: BundleRecord) -> tuple[tuple[RenderAudit,
     aliases, links = _alias_links(mirror, rec)
     out: list[RenderAudit] = []
     for path in sorted(p for p in base.rglob("*") if p.is_file() and not p.is_symlink()):
-        data = path.read_bytes()
+        try:
+            data = read_mirror_file(path)
+        except (MalformedDocument, OSError):
+            continue
         text = data.decode("utf-8", "replace")
         rel = path.relative_to(base).as_posix()
 

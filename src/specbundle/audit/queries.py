@@ -181,7 +181,7 @@ def no_longer_verifying(mirror: Mirror, policy: TrustPolicy) -> tuple[Unverifiab
     """Bundles with a model.sig or attestation that fails under ``policy`` or was signed by a
     revoked key (no re-hash)."""
     out: list[Unverifiable] = []
-    revoked = revoked_keys(mirror, policy.public_keys)
+    revoked = revoked_keys(mirror, policy.public_keys, policy)
     for name in mirror.bundle_names():
         ba = audit_bundle(mirror, name, policy, rehash=False, revoked=revoked)
         sig_links = [a.model_sig for a in ba.artifacts] + [a.link for a in ba.attestations]

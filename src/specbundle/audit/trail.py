@@ -20,10 +20,10 @@ from specbundle.audit.collect import (
 from specbundle.audit.evidence import admissions, bench_audits, image_audits, render_audits
 from specbundle.audit.model import ArtifactAudit, AttestationAudit, AuditReport, BundleAudit, Link
 from specbundle.audit.revocation import Revocation, revoked_keys
-from specbundle.errors import BundleNotFound
+from specbundle.errors import BundleNotFound, CorruptMirror, VerificationError
 from specbundle.mirror import Mirror, utc_now
 from specbundle.record import BundleRecord
-from specbundle.verify import BundleVerificationFailed, verify_bundle
+from specbundle.verify import BundleVerificationFailed, floors, verify_bundle
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = ["apply_revocations", "audit", "audit_bundle", "resolve_subject"]
@@ -108,6 +108,8 @@ def _verifier_link(mirror: Mirror, name: str, policy: TrustPolicy | None,
     except BundleVerificationFailed as err:
         return Link("signed manifest", "failed", "; ".join(
             str(p) for p in err.report.problems)), ()
+    except (VerificationError, CorruptMirror) as err:  # a broken or rolled-back log
+        return Link("signed manifest", "failed", err.message), ()
     return Link("signed manifest", "ok", f"version {vb.version}, manifest "
                 f"{vb.manifest_digest[:16]}…, verified by the same verifier as import/admit"), \
         (vb.record, vb.manifest_digest)
@@ -145,7 +147,7 @@ def audit_bundle(
     """
     rec = mirror.load_bundle(name)
     if revoked is None:
-        revoked = revoked_keys(mirror, policy.public_keys if policy else ())
+        revoked = revoked_keys(mirror, policy.public_keys if policy else (), policy)
     # The verifier re-hashes every byte; only when it fails does the audit hash again, to
     # name each damaged file (one read of the data for an intact bundle).
     verifier, passed = _verifier_link(mirror, name, policy, revoked)
@@ -196,7 +198,8 @@ def audit(
     """
     names = resolve_subject(mirror, subject)
     keys = policy.public_keys if policy else ()
-    log = verify_events(mirror, keys)
+    log = verify_events(mirror, keys, floors.log_floor(policy, mirror) if policy else None,
+                        policy)
     events = read_events_lenient(mirror.events_path)
     bundles = tuple(audit_bundle(mirror, n, policy, rehash=rehash, events=events,
                                  revoked=log.revocations.revoked) for n in names)

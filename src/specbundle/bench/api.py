@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from specbundle import __version__
+from specbundle._fsutil import real_dir
 from specbundle.bench import stats
 from specbundle.bench.analysis import (
     AnalysisInputs,
@@ -102,6 +105,14 @@ class _Manifest:
         if not scripts:
             raise BenchError(f"render wrote no shell script into {result.out_dir}")
         self.script = scripts[0]
+        # what runs is the script just rendered, from a private folder outside the mirror:
+        # never the file in the mirror, which anyone who writes the mirror could swap
+        self.private = Path(tempfile.mkdtemp(prefix="specbundle-bench-"))
+        self.run_script = self.private / self.script.name
+        fd = os.open(self.run_script, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                     0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(result.contents[self.script.name])
         self.env = binary_env(opts.binary, self.base_cmd.binary_env)
         if opts.runtime == "shell":  # fail before any launch, naming the binary and the fix
             resolve_program(self.base_cmd.program, self.env, self.base_cmd.binary_env)
@@ -145,7 +156,7 @@ class _Manifest:
                     cmd.host_flag, self.opts.host, cmd.port_flag, str(port)]
             env = {**cmd.env_dict, **self.env}
         else:
-            argv = ["sh", str(self.script)]
+            argv = ["sh", str(self.run_script)]
             env = {**self.env, "SPECBUNDLE_HOST": self.opts.host, "SPECBUNDLE_PORT": str(port),
                    "SPECBUNDLE_SPECULATION": "1" if arm == "spec" else "0"}
         with launch(argv, env=env, host=self.opts.host, port=port, log=log,
@@ -256,8 +267,8 @@ def run_bench(bundle: Bundle, *, engine: str = "llamacpp",
                          hint=f"enabled engines: {[e.value for e in spec.engines.enabled()]}")
     workload = _workload(bundle)
     run_id = opts.run_id or new_run_id()
-    log_dir = mirror.tmp_dir / f"bench-{run_id}"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = real_dir(mirror.root, f"tmp/bench-{run_id}")
+    private: Path | None = None
     try:
         server: dict[str, Any] = {"mode": opts.mode, "custody": bundle.custody()}
         launcher = None
@@ -271,6 +282,7 @@ def run_bench(bundle: Bundle, *, engine: str = "llamacpp",
                                             "off_levels": list(tuned.off_levels),
                                             "k_at_p95": tuned.at(tuned.p95_concurrency).k}
             man = _Manifest(bundle, engine, opts, log_dir)
+            private = man.private
             launcher, can_draft = man.launcher, man.draft_args is not None
             settings_equal, note = man.settings_equal, man.settings_note
             server.update(script=str(man.script), argv=man.argv, runtime=opts.runtime)
@@ -306,3 +318,5 @@ def run_bench(bundle: Bundle, *, engine: str = "llamacpp",
         return report
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specbundle import __version__
+from specbundle._fsutil import real_dir
 from specbundle.attest import (
     SigningKey,
     Statement,
@@ -201,13 +202,13 @@ def run_tune(bundle: Bundle, *, engine: str = "llamacpp",
     p_mins: tuple[float | None, ...] = opts.p_mins or (None,)
     variants = [Variant(k, p) for k in sorted(set(ks)) for p in p_mins]
     run_id = opts.run_id or new_run_id()
-    log_dir = mirror.tmp_dir / f"tune-{run_id}"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = real_dir(mirror.root, f"tmp/tune-{run_id}")  # never a link planted in tmp/
     bopts = BenchOptions(binary=opts.binary, measure_draft=False, rounds=opts.rounds,
                          requests_per_level=opts.requests_per_level, max_tokens=opts.max_tokens,
                          warmup_requests=opts.warmup_requests, levels=opts.levels,
                          confidence=opts.confidence, max_rounds=opts.max_rounds,
                          time_budget_s=opts.time_budget_s)
+    man: _Manifest | None = None
     try:
         man = _Manifest(bundle, engine, bopts, log_dir)
         man.variants = {v.name: with_setting(engine, man.spec_cmd.args, v) for v in variants}
@@ -226,6 +227,8 @@ def run_tune(bundle: Bundle, *, engine: str = "llamacpp",
         elapsed = time.monotonic() - t0
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
+        if man is not None:
+            shutil.rmtree(man.private, ignore_errors=True)
     base, arms = sweep.throughputs()
     results = variant_levels(base, arms, ci_confidence)
     choices, fixed, crossover = choose(results, runner.levels)

@@ -31,7 +31,7 @@ from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, esc, print_json, print_table
 from specbundle.errors import UsageError, VerificationError
 from specbundle.mirror import Mirror
-from specbundle.verify import TrustPolicy, load_policy
+from specbundle.verify import TrustPolicy, floors, load_policy
 
 __all__ = ["command"]
 
@@ -183,7 +183,11 @@ def log(mirror_dir: Path | None, trust: Path | None, verify: bool, as_json: bool
     """Show the event log; with --verify, name every deleted, reordered or edited entry."""
     mirror = open_mirror(mirror_dir)
     policy = _policy(trust)
-    res = verify_events(mirror, policy.public_keys if policy else ())
+    res = verify_events(mirror, policy.public_keys if policy else (),
+                        floors.log_floor(policy, mirror) if policy else None, policy)
+    if verify and policy is not None and res.ok and res.chain.head_seq is not None \
+            and res.chain.head_digest is not None:
+        floors.raise_floors(policy, mirror, head=(res.chain.head_seq, res.chain.head_digest))
     if not verify:
         events = read_events_lenient(mirror.events_path)
         if as_json:

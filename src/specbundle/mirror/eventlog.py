@@ -11,7 +11,9 @@ with the bytes removed, so the log never blocks every later writer.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +21,17 @@ from specbundle import _faults
 from specbundle._fsutil import canonical_json, disk_error
 from specbundle.digest import sha256_bytes
 from specbundle.errors import CorruptMirror
-from specbundle.strict import MalformedDocument, loads_json
+from specbundle.strict import MalformedDocument, loads_json, read_mirror_file
 
-__all__ = ["GENESIS", "REPAIR_EVENT", "append_event", "read_events"]
+__all__ = ["GENESIS", "MAX_LOG_BYTES", "REPAIR_EVENT", "append_event", "read_chain", "read_events",
+           "read_log"]
 
 GENESIS = "0" * 64
 REPAIR_EVENT = "log-repaired"
 _BLOCK = 64 * 1024
 _MAX_LINE = 64 * 1024 * 1024
+#: The largest event log any reader loads (a bound, so a planted device cannot exhaust memory).
+MAX_LOG_BYTES = 512 * 1024 * 1024
 
 _faults.register("log.half-written", "log.written", "log.repair-truncated")
 
@@ -113,8 +118,15 @@ def _repair(fd: int, size: int, path: Path) -> tuple[int, dict[str, Any] | None,
 def append_event(path: Path, entry: dict[str, Any]) -> dict[str, Any]:
     """Append ``entry`` (seq, prev filled in) after repairing a torn tail; caller holds the lock."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise CorruptMirror(f"event log {path} is not a regular file",
+                                hint="restore it from a backup")
     except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise CorruptMirror(f"event log {path} is a symbolic link",
+                                hint="restore it from a backup") from None
         raise disk_error(err, path, what="opening the event log") from err
     try:
         try:  # damage before the tail: never extend a log that is corrupt
@@ -141,16 +153,31 @@ def append_event(path: Path, entry: dict[str, Any]) -> dict[str, Any]:
         os.close(fd)
 
 
+def read_log(path: Path) -> bytes:
+    """The log's bytes (empty when absent): a regular file, not a link, at most
+    :data:`MAX_LOG_BYTES` (a link to ``/dev/zero`` or a FIFO is a corrupt mirror).
+
+    Raises:
+        CorruptMirror: the log is not a regular file, is a link, or is too large.
+    """
+    try:
+        return read_mirror_file(path, max_bytes=MAX_LOG_BYTES, what=path.name)
+    except FileNotFoundError:
+        return b""
+    except MalformedDocument as err:
+        raise CorruptMirror(f"event log {path}: {err}",
+                            hint="restore it from a backup") from None
+    except OSError as err:
+        raise CorruptMirror(f"event log {path} is unreadable: {err.strerror}") from None
+
+
 def read_events(path: Path) -> list[dict[str, Any]]:
     """Every committed event, oldest first; a torn tail (repaired at the next append) is left out.
 
     Raises:
         CorruptMirror: a committed line that is not a well-formed event.
     """
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
+    data = read_log(path)
     lines = data.split(b"\n")
     body, tail = lines[:-1], lines[-1]  # ``tail`` is b"" unless the last line is torn
     out: list[dict[str, Any]] = []
@@ -165,3 +192,36 @@ def read_events(path: Path) -> list[dict[str, Any]]:
                                 hint="restore it from a backup")
         out.append(ev)
     return out
+
+
+def read_chain(path: Path) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
+    """Every committed event *and* the log's head (seq, line digest), checking the hash chain.
+
+    What a verifier reads revocations from: a line deleted, edited or reordered anywhere
+    breaks the chain, so dropping a revocation line is an error, never a quieter log (a cut
+    tail is caught by the operator's recorded head, :mod:`specbundle.verify.floors`).
+
+    Raises:
+        CorruptMirror: a line is malformed or does not chain to the line before it.
+    """
+    out: list[dict[str, Any]] = []
+    prev, head = GENESIS, None
+    lines = read_log(path).split(b"\n")
+    body = lines[:-1]
+    for i, raw in enumerate(body):
+        ev = _event(raw)
+        if ev is None:
+            if i == len(body) - 1:
+                break  # a torn last line (repaired by the next appender)
+            raise CorruptMirror(f"event log {path}: line {i + 1} is not a well-formed event",
+                                hint="restore it; `specbundle audit log --verify` names it")
+        want = head[0] + 1 if head is not None else 0
+        if ev["seq"] != want or ev.get("prev") != prev:
+            raise CorruptMirror(
+                f"event log {path}: line {i + 1} (seq {ev['seq']}) does not chain to the line "
+                "before it: an entry was deleted, edited or reordered",
+                hint="restore it; `specbundle audit log --verify` names the entry")
+        prev = sha256_bytes(raw)
+        head = (int(ev["seq"]), prev)
+        out.append(ev)
+    return out, head

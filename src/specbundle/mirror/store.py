@@ -29,13 +29,19 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import filelock
 
 from specbundle import _faults
-from specbundle._fsutil import atomic_write_bytes, atomic_write_json, disk_error, fsync_dir
+from specbundle._fsutil import (
+    atomic_write_bytes,
+    atomic_write_json,
+    disk_error,
+    fsync_dir,
+    real_dir,
+)
 from specbundle.digest import is_sha256, sha256_bytes
 from specbundle.errors import (
     BundleNotFound,
@@ -52,7 +58,7 @@ from specbundle.mirror.eventlog import GENESIS
 from specbundle.mirror.gc import GcResult, collect, reclaim_partials
 from specbundle.mirror.lease import Lease
 from specbundle.record import ArtifactRecord, BundleRecord, FileEntry
-from specbundle.strict import MalformedDocument, load_json_file
+from specbundle.strict import MalformedDocument, load_json_file, read_mirror_file
 
 __all__ = ["GENESIS", "GcResult", "Mirror", "model_dir_name", "utc_now"]
 
@@ -117,12 +123,7 @@ class Mirror:
     @property
     def tmp_dir(self) -> Path:
         """Staging area on the same filesystem, so renames into place are atomic."""
-        d = self.root / "tmp"
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise disk_error(err, d, what="creating") from err
-        return d
+        return real_dir(self.root, "tmp")
 
     def new_temp_path(self, hint: str = "obj") -> Path:
         """A fresh, unique temp file path inside the mirror (the file is created empty)."""
@@ -255,7 +256,7 @@ class Mirror:
         path = self.bundle_dir(name) / "bundle.json"
         hint = "restore it from a transfer set or pull the bundle again"
         try:
-            data = load_json_file(path)
+            data = load_json_file(path, follow=False)
         except FileNotFoundError:
             signed = self._signed_record(name)
             if signed is not None:
@@ -298,7 +299,8 @@ class Mirror:
         Then the HF view and refs move to its commits (:meth:`publish`), unless the caller
         does that itself after a later commit step.
         """
-        path = self.bundle_dir(record.name) / "bundle.json"
+        self.bundle_dir(record.name)
+        path = real_dir(self.root, PurePosixPath("bundles", record.name)) / "bundle.json"
         atomic_write_json(path, record.to_json())
         if publish:
             self.publish(record)
@@ -306,17 +308,31 @@ class Mirror:
 
     def write_bundle_file(self, name: str, rel: str, data: bytes) -> Path:
         """Atomically write a stage output file inside a bundle's folder."""
-        path = self.bundle_dir(name) / trees.safe_rel(rel)
+        rel_path = PurePosixPath(trees.safe_rel(rel))
+        parent = real_dir(self.root, PurePosixPath("bundles", name, *rel_path.parts[:-1]))
+        path = parent / rel_path.name
         atomic_write_bytes(path, data)
         return path
+
+    def output_dir(self, name: str, rel: str) -> Path:
+        """A stage output folder inside a bundle's folder, every component a real directory
+        (never a link planted in the mirror; see :func:`~specbundle._fsutil.real_dir`)."""
+        self.bundle_dir(name)
+        return real_dir(self.root, PurePosixPath("bundles", name, trees.safe_rel(rel)))
 
     def read_bundle_file(self, name: str, rel: str) -> bytes | None:
         """Read a stage output file, or None if the stage has not written it."""
         path = self.bundle_dir(name) / trees.safe_rel(rel)
         try:
-            return path.read_bytes()
+            return read_mirror_file(path, what=f"bundles/{name}/{rel}")
         except FileNotFoundError:
             return None
+        except MalformedDocument as err:
+            raise CorruptMirror(f"mirror {self.root}: {err}",
+                                hint="restore the bundle from a transfer set") from None
+        except OSError as err:
+            raise CorruptMirror(f"mirror {self.root}: cannot read bundles/{name}/{rel}: "
+                                f"{err.strerror}") from None
 
     # -- event log --------------------------------------------------------------------------
     @property

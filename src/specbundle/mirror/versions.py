@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specbundle import _faults
-from specbundle._fsutil import atomic_write_bytes, fsync_dir
+from specbundle._fsutil import atomic_write_bytes, fsync_dir, real_dir
 from specbundle.digest import sha256_bytes
 from specbundle.errors import VerificationError
 from specbundle.mirror.store import Mirror
@@ -39,6 +39,7 @@ __all__ = [
     "CURRENT_REF",
     "SCAN_REPORT",
     "current_version",
+    "files_to_commit",
     "flip_current",
     "live_records",
     "manifest_rel",
@@ -102,8 +103,14 @@ def read_signed_file(mirror: Mirror, name: str, version: int, rel: str, sha256: 
 def version_images(mirror: Mirror, name: str, version: int) -> dict[str, bytes]:
     """Engine -> image record bytes stored with one version."""
     d = mirror.bundle_dir(name) / version_rel(version, "images")
-    return {p.stem: p.read_bytes() for p in sorted(d.glob("*.json"))
-            if p.is_file() and not p.is_symlink()} if d.is_dir() else {}
+    if not d.is_dir() or d.is_symlink():
+        return {}
+    out: dict[str, bytes] = {}
+    for p in sorted(d.glob("*.json")):
+        raw = read_version_file(mirror, name, version, f"images/{p.name}")
+        if raw is not None:
+            out[p.stem] = raw
+    return out
 
 
 def current_version(mirror: Mirror, name: str) -> int | None:
@@ -204,10 +211,46 @@ def reclaim_unflipped(mirror: Mirror, name: str) -> list[int]:
 
 def flip_current(mirror: Mirror, name: str, version: int) -> None:
     """Make ``version`` current by one atomic rename (the writer's last step)."""
-    path = mirror.bundle_dir(name) / CURRENT_REF
+    mirror.bundle_dir(name)
+    path = real_dir(mirror.root, f"bundles/{name}") / CURRENT_REF
     tmp = path.with_name(f".{CURRENT_REF}.{os.getpid()}.tmp")
     atomic_write_bytes(tmp, f"{version}\n".encode())
     _faults.point("versions.ref-staged")
     tmp.replace(path)
     fsync_dir(path.parent)
     _faults.point("versions.ref-flipped")
+
+
+def files_to_commit(staging: Mirror, mirror: Mirror, name: str, v: int,
+                    skip: tuple[str, ...]) -> list[tuple[str, bytes]]:
+    """The files of bundle ``name`` staged in ``staging`` that committing version ``v`` into
+    ``mirror`` writes (less ``skip`` and dot files). Of ``versions/`` only the new version's,
+    and none may differ from a file the mirror already holds for that version: versions are
+    immutable, a set from a forked mirror never rewrites history. Checked before any write.
+
+    Raises:
+        VerificationError: the mirror holds this version with other content.
+    """
+    sroot, own = staging.bundle_dir(name), version_rel(v) + "/"
+    out: list[tuple[str, bytes]] = []
+    for p in sorted(sroot.rglob("*")):
+        rel = p.relative_to(sroot).as_posix()
+        if not p.is_file() or p.is_symlink() or rel in skip \
+                or any(x.startswith(".") for x in rel.split("/")):
+            continue
+        if rel.startswith("versions/") and not rel.startswith(own):
+            continue  # an older (or other) version: history is never rewritten
+        data = staging.read_bundle_file(name, rel)
+        if data is None:
+            continue
+        if rel.startswith(own):
+            have = mirror.read_bundle_file(name, rel)
+            if have is not None and have != data:
+                raise VerificationError(
+                    f"mirror already holds version {v} of {name!r} with another "
+                    f"{rel.split('/', 2)[-1]}; versions are immutable (a forked mirror's set?)",
+                    hint="import it into another mirror")
+            if have is not None:
+                continue
+        out.append((rel, data))
+    return out

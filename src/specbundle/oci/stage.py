@@ -40,6 +40,7 @@ from specbundle.attest import (
 from specbundle.attest.manifest import BUNDLE_MANIFEST_V1, BundleManifest, parse_manifest
 from specbundle.errors import MirrorError, VerificationError
 from specbundle.mirror import Mirror, versions
+from specbundle.mirror.eventlog import read_chain
 from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.strict import MalformedDocument, loads_json
 from specbundle.transfer.importer import (
@@ -49,7 +50,14 @@ from specbundle.transfer.importer import (
     discard_on_disk_error,
     staging_lock,
 )
-from specbundle.verify import HashedFile, TrustPolicy, VerifiedBundle, verify_bundle, write_hashed
+from specbundle.verify import (
+    HashedFile,
+    TrustPolicy,
+    VerifiedBundle,
+    floors,
+    verify_bundle,
+    write_hashed,
+)
 from specbundle.verify.anchors import open_anchored
 from specbundle.verify.policy import TrustedKey
 from specbundle.verify.revocations import revoked_fingerprints
@@ -361,7 +369,7 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
         except MirrorError as err:
             raise VerificationError(f"artifact is incomplete: {err.message}") from err
         verified = verify_bundle(staging, name, policy, hashed=hashed, progress=progress,
-                                 revoked=revoked)
+                                 revoked=revoked, floors_of=mirror)
         with mirror.lock():
             check_log_floor(mirror)
             _check_version(mirror, name, verified.version, man_bytes)  # another writer won?
@@ -375,6 +383,9 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
                 versions.reclaim_unflipped(mirror, name)  # a crashed writer's version folders
                 added = commit_version(staging, mirror, verified, points=_POINTS,
                                        event=("oci-pull", event))
+                floors.raise_floors(policy, mirror, bundle=(
+                    name, verified.version, verified.manifest_digest),
+                    head=read_chain(mirror.events_path)[1])
             elif not _logged(mirror, name, verified.manifest_digest):
                 # committed by a run whose event was lost (an older release logged last)
                 mirror.append_event("oci-pull", name, {**event, "attestations_added": 0})

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,8 @@ class RenderResult:
     custody: dict[str, Any]
     #: what the caller should know (e.g. that nothing was logged)
     notes: tuple[str, ...] = ()
+    #: what was rendered, by file name: what bench runs (never the file re-read later)
+    contents: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for ``--json``."""
@@ -247,8 +250,10 @@ def render_bundle(
         tool_version=__version__,
     )
     files = tgt.render(cmd, base, meta)
-    dest = out_dir or mirror.bundle_dir(name) / "render" / eng_name.value / tgt.name
+    # under the mirror, every folder on the way must be real (never a planted link)
+    dest = out_dir or mirror.output_dir(name, f"render/{eng_name.value}") / tgt.name
     elsewhere = not dest.resolve().is_relative_to(mirror.root)
+    contents = {f.path: f.content for f in files}
     extra = {
         "command.json": json.dumps({"speculative": cmd.to_json(), "baseline": base.to_json()},
                                    indent=2, sort_keys=True) + "\n",
@@ -262,7 +267,7 @@ def render_bundle(
         return RenderResult(name, eng_name, tgt.name, dest, tuple(written), cmd, base, report,
                             bundle.custody(),
                             (f"output outside the mirror: nothing written to {mirror.root}, "
-                             "no render event logged",))
+                             "no render event logged",), contents)
     with mirror.lock():  # one writer swaps a render folder at a time
         written = _write_folder(dest, out)
         mirror.append_event("render", name, {
@@ -272,7 +277,7 @@ def render_bundle(
             "custody": bundle.custody(),
         })
     return RenderResult(name, eng_name, tgt.name, dest, tuple(written), cmd, base, report,
-                        bundle.custody())
+                        bundle.custody(), contents=contents)
 
 
 def _check_objects(mirror: Mirror, record: BundleRecord) -> None:
@@ -287,8 +292,16 @@ def _check_objects(mirror: Mirror, record: BundleRecord) -> None:
 
 
 def _write_folder(dest: Path, files: list[tuple[str, str, int]]) -> list[Path]:
-    """Write files into a staging folder beside ``dest``, then swap it in whole."""
-    dest = dest.resolve()
+    """Write files into a staging folder beside ``dest``, then swap it in whole.
+
+    A ``dest`` that is a link (or not a folder) is refused, never followed or replaced: the
+    swap below would otherwise move and delete whatever the link points at.
+    """
+    dest = dest.parent.resolve() / dest.name
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise CorruptMirror(f"refusing to replace {dest}: it is "
+                            + ("a symbolic link" if dest.is_symlink() else "not a folder"),
+                            hint="remove it (someone planted it) and render again")
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))

@@ -53,9 +53,20 @@ def method_words_in(path: Path | str) -> list[str]:
     return [w for w in METHOD_WORDS if w in low]
 
 
+def _alias_error(name: str, link: Path, err: OSError) -> RenderError:
+    return RenderError(
+        f"bundle {name!r}: cannot create the model alias {link}: {err.strerror or err}",
+        hint="render once where the mirror is writable (or `oci pull --render-aliases`); "
+             "the rendered manifests read the models there")
+
+
 def ensure_aliases(mirror: Mirror, record: BundleRecord) -> tuple[Path, Path | None]:
     """Create or repoint the per-bundle aliases to the record's snapshots (atomic rename)."""
     target, draft = model_aliases(mirror.root, record.name, has_draft=record.draft is not None)
+    try:
+        mirror.output_dir(record.name, "render/models")  # real folders only, never a link
+    except OSError as err:  # a read-only mirror without the aliases in place
+        raise _alias_error(record.name, target, err) from None
     for link, art in ((target, record.target), (draft, record.draft)):
         if link is None or art is None:
             continue
@@ -68,19 +79,16 @@ def ensure_aliases(mirror: Mirror, record: BundleRecord) -> tuple[Path, Path | N
         rel = os.path.relpath(snap, link.parent)
         if link.is_symlink() and str(link.readlink()) == rel:
             continue
+        if link.exists() and not link.is_symlink():
+            raise RenderError(f"refusing to replace {link}: it is not a model alias (a link)",
+                              hint="remove it (someone planted it) and render again")
         try:
-            link.parent.mkdir(parents=True, exist_ok=True)
             tmp = link.parent / f".{link.name}.{os.getpid()}.tmp"
             tmp.unlink(missing_ok=True)
             tmp.symlink_to(rel, target_is_directory=True)
             tmp.replace(link)
         except OSError as err:  # a read-only mirror without the aliases in place
-            raise RenderError(
-                f"bundle {record.name!r}: cannot create the model alias {link}: "
-                f"{err.strerror or err}",
-                hint="render once where the mirror is writable (or `oci pull "
-                     "--render-aliases`); the rendered manifests read the models there") \
-                from None
+            raise _alias_error(record.name, link, err) from None
     return target, draft
 
 

@@ -29,6 +29,7 @@ from specbundle.attest.oms import OMS_BUNDLE_MEDIA_TYPE
 from specbundle.digest import sha256_bytes
 from specbundle.errors import MirrorError, UsageError, VerificationError
 from specbundle.mirror import Mirror, utc_now, versions
+from specbundle.mirror.eventlog import read_log
 from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.strict import loads_json
 from specbundle.transfer.chunks import CHUNK_DIR, ChunkWriter, read_blocks
@@ -64,8 +65,7 @@ def _revocations(mirror: Mirror) -> tuple[dict[str, Any], ...]:
 
 def _log_head(mirror: Mirror) -> dict[str, Any] | None:
     """seq and digest of the newest event-log entry (caller holds the lock)."""
-    lines = [ln for ln in mirror.events_path.read_bytes().splitlines() if ln.strip()] \
-        if mirror.events_path.exists() else []
+    lines = [ln for ln in read_log(mirror.events_path).splitlines() if ln.strip()]
     if not lines:
         return None
     try:

@@ -36,18 +36,18 @@ from typing import Any, Literal
 import filelock
 
 from specbundle import _faults
-from specbundle._fsutil import disk_error, fsync_dir
+from specbundle._fsutil import disk_error, fsync_dir, real_dir
 from specbundle.attest import (
     ATTESTATIONS_FILE,
     Envelope,
-    attestations_path,
     check_statement,
     parse_statement,
 )
 from specbundle.digest import hash_file, sha256_bytes
 from specbundle.errors import MirrorError, VerificationError
 from specbundle.mirror import Mirror, utc_now, versions
-from specbundle.strict import MalformedDocument, loads_json, read_bounded
+from specbundle.mirror.eventlog import read_chain
+from specbundle.strict import MalformedDocument, loads_json, read_bounded, read_mirror_file
 from specbundle.transfer.chunks import CHUNK_DIR, read_blocks, read_range
 from specbundle.transfer.index import INDEX_FILE, Part, TransferIndex
 from specbundle.verify import (
@@ -56,6 +56,7 @@ from specbundle.verify import (
     TrustPolicy,
     VerificationReport,
     VerifiedBundle,
+    floors,
     hash_existing,
     verify_bundle,
     write_hashed,
@@ -64,12 +65,13 @@ from specbundle.verify.manifest_check import open_manifest
 from specbundle.verify.revocations import (
     REVOCATION_EVENT,
     check_revocations,
+    log_state,
     read_events_lenient,
     revoked_fingerprints,
 )
 
 __all__ = ["IMPORT_POINTS", "IMPORT_STATE", "CommitPoints", "ImportResult", "check_log_floor",
-           "commit_version", "import_bundle", "read_index", "staging_lock"]
+           "commit_version", "import_bundle", "imported_log_seq", "read_index", "staging_lock"]
 
 IMPORT_STATE = "import/state.json"
 _STAGING_TIMEOUT_S = 3600.0
@@ -95,7 +97,7 @@ def _index_revocations(idx: TransferIndex, policy: TrustPolicy) -> tuple[
     """The index's revocation envelopes that verify under the policy, and what they revoke."""
     events = [{"type": REVOCATION_EVENT, "seq": None, "data": {"envelope": e}}
               for e in idx.revocations]
-    check = check_revocations(events, policy.public_keys)
+    check = check_revocations(events, policy.public_keys, policy)
     good = {r.envelope_sha256 for r in check.revocations}
     envs = [e for e in idx.revocations
             if sha256_bytes(Envelope.from_json(e).to_line()) in good]
@@ -297,6 +299,7 @@ def commit_version(staging: Mirror, mirror: Mirror, verified: VerifiedBundle,
     Returns the attestation lines added.
     """
     rec, name = verified.record, verified.name
+    files = versions.files_to_commit(staging, mirror, name, verified.version, _SKIP)
     for sha in sorted(rec.referenced_blobs()):
         if not mirror.has_object(sha):
             dest = mirror.object_path(sha)
@@ -308,22 +311,18 @@ def commit_version(staging: Mirror, mirror: Mirror, verified: VerifiedBundle,
     _faults.point(points.objects_moved)
     for art in rec.artifacts:
         mirror.link_snapshot(art)
-    sroot = staging.bundle_dir(name)
-    for p in sorted(sroot.rglob("*")):
-        rel = p.relative_to(sroot).as_posix()
-        if p.is_file() and not p.is_symlink() and rel not in _SKIP \
-                and not any(x.startswith(".") for x in rel.split("/")):
-            mirror.write_bundle_file(name, rel, p.read_bytes())
+    for rel, data in files:
+        mirror.write_bundle_file(name, rel, data)
     _faults.point(points.files_written)
-    new = attestations_path(staging, name)
-    old = attestations_path(mirror, name)
-    have = set(old.read_bytes().splitlines()) if old.exists() else set()
-    add = [ln for ln in (new.read_bytes().splitlines() if new.exists() else []) if ln
-           and ln not in have]
+    mine = mirror.read_bundle_file(name, ATTESTATIONS_FILE) or b""
+    have = set(mine.splitlines())
+    add = [ln for ln in (staging.read_bundle_file(name, ATTESTATIONS_FILE) or b"").splitlines()
+           if ln and ln not in have]
     if add:
-        old.parent.mkdir(parents=True, exist_ok=True)
-        prefix = b"\n" if old.exists() and not old.read_bytes().endswith(b"\n") else b""
-        with old.open("ab") as fh:
+        prefix = b"\n" if mine and not mine.endswith(b"\n") else b""
+        fd = os.open(real_dir(mirror.root, f"bundles/{name}") / ATTESTATIONS_FILE,
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "ab") as fh:
             fh.write(prefix + b"\n".join(add) + b"\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -369,15 +368,21 @@ def check_log_floor(mirror: Mirror) -> None:
     _check_floor(mirror)
 
 
-def _check_floor(mirror: Mirror) -> None:
-    """Refuse a log shorter than one an earlier import saw (its tail was cut)."""
+def imported_log_seq(mirror: Mirror) -> int:
+    """The newest log seq an import into ``mirror`` recorded (-1: none)."""
     seen = -1
     for p in mirror.root.glob("bundles/*/import/state.json"):
         try:
-            st = loads_json(p.read_bytes(), what=IMPORT_STATE)
+            st = loads_json(read_mirror_file(p, what=IMPORT_STATE), what=IMPORT_STATE)
             seen = max(seen, int(st.get("log_seq", -1)))
         except (ValueError, TypeError, AttributeError, OSError):
             raise VerificationError(f"{p} is corrupt", hint="restore it") from None
+    return seen
+
+
+def _check_floor(mirror: Mirror) -> None:
+    """Refuse a log shorter than one an earlier import saw (its tail was cut)."""
+    seen = imported_log_seq(mirror)
     head = _log_seq(mirror)
     if head < seen:
         raise VerificationError(f"the event log of {mirror.root} ends at seq {head}, but an "
@@ -466,7 +471,7 @@ def _import_locked(src: Path, mirror: Mirror, policy: TrustPolicy, idx: Transfer
     except MirrorError as err:
         raise VerificationError(f"transfer set is incomplete: {err.message}") from err
     verified = verify_bundle(staging, idx.bundle, policy, hashed=hashed, progress=progress,
-                             revoked=revoked)
+                             revoked=revoked, floors_of=mirror)
     repos = {a.repo for a in verified.record.artifacts}
     if verified.name != idx.bundle or not repos <= _index_repos(index_bytes):
         raise VerificationError("the signed manifest names another bundle or other repos "
@@ -474,11 +479,19 @@ def _import_locked(src: Path, mirror: Mirror, policy: TrustPolicy, idx: Transfer
     with mirror.lock():
         _check_rollback(mirror, idx, digest)  # another import may have won meanwhile
         _check_floor(mirror)
+        log = log_state(mirror, policy, index_revoked)  # the operator's log floor, revocations
+        if rolled := floors.bundle_problem(policy, mirror, idx.bundle, verified.version,
+                                           verified.manifest_digest):
+            raise VerificationError(f"bundle {idx.bundle!r}: {rolled.message}")
         cur = versions.current_version(mirror, idx.bundle)
         if cur is not None and cur > verified.version:
             raise VerificationError(f"rollback refused: {idx.bundle!r} is at bundle version "
                                     f"{cur}, this set carries version {verified.version}")
         _commit(staging, mirror, idx, index_bytes, verified, revocations)
+        floors.raise_floors(policy, mirror,
+                            bundle=(idx.bundle, verified.version, verified.manifest_digest),
+                            head=read_chain(mirror.events_path)[1],
+                            revoked=log.from_log | index_revoked)
     shutil.rmtree(staging.root, ignore_errors=True)
     return ImportResult(idx.bundle, idx.version, "imported", digest, verified.report)
 

@@ -47,6 +47,7 @@ from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.record import ArtifactRecord
 from specbundle.schedule import TunedSchedule, read_bound_schedule
 from specbundle.spec import BundleSpec, parse_spec
+from specbundle.verify import floors
 from specbundle.verify.anchors import open_anchored
 from specbundle.verify.attestations import ArtifactRef, evaluate_attestations
 from specbundle.verify.diff import Problem, ProblemKind
@@ -55,7 +56,7 @@ from specbundle.verify.hashed import HashedFile, hash_existing, write_hashed
 from specbundle.verify.manifest_check import RESIGN_HINT, open_manifest
 from specbundle.verify.model import ModelVerification, ModelVerificationFailed, verify_model
 from specbundle.verify.policy import TrustedKey, TrustPolicy, load_policy, parse_policy
-from specbundle.verify.revocations import revoked_fingerprints
+from specbundle.verify.revocations import log_state
 from specbundle.verify.snapshot import SnapshotDigests, check_snapshot
 
 __all__ = [
@@ -275,6 +276,7 @@ def verify_bundle(
     mirror: Mirror, name: str, policy: TrustPolicy, *, workers: int | None = None,
     progress: Callable[[int], None] | None = None, now: datetime | None = None,
     hashed: Iterable[HashedFile] = (), revoked: Mapping[str, str] | None = None,
+    floors_of: Mirror | None = None,
 ) -> VerifiedBundle:
     """Verify bundle ``name`` in ``mirror`` against ``policy``; never touches the network.
 
@@ -282,6 +284,9 @@ def verify_bundle(
     policy's ``revoked:`` and the mirror log's signed revocations always apply.
     ``hashed``: records of objects the caller wrote with :func:`write_hashed`; a snapshot file
     that is still exactly such a file is checked against that digest instead of being re-read.
+    ``floors_of``: verify a staged copy against the floors of this (destination) mirror;
+    the caller raises them once it has committed (:func:`floors.raise_floors`). Otherwise the
+    floors of ``mirror`` apply and are raised here when the bundle verifies.
 
     Raises:
         BundleVerificationFailed: any problem (the exception carries the full report).
@@ -295,10 +300,14 @@ def verify_bundle(
         known = ", ".join(mirror.bundle_names()) or "none"
         raise BundleNotFound(f"no bundle named {name!r} in mirror {mirror.root}",
                              hint=f"bundles here: {known}")
-    all_revoked = revoked_fingerprints(mirror, policy, revoked)
+    log = log_state(mirror, policy, revoked)
+    all_revoked = log.revoked
     man, _, problems = open_manifest(mirror, name, policy, all_revoked)
     if man is None:
         raise _failed(name, policy, problems)
+    if rolled := floors.bundle_problem(policy, floors_of or mirror, name, man.version,
+                                       man.digest):
+        raise _failed(name, policy, [*problems, rolled])
     rec = man.record
     problems += _bound_files(mirror, man)
     spec: BundleSpec | None = None
@@ -340,6 +349,9 @@ def verify_bundle(
     if problems or spec is None:
         raise BundleVerificationFailed(report)
     paths: dict[str, Path] = {a.role: mirror.snapshot_dir(a.repo, a.commit) for a in rec.artifacts}
+    if floors_of is None:
+        floors.raise_floors(policy, mirror, bundle=(name, man.version, man.digest),
+                            revoked=revoked)
     return VerifiedBundle(mirror, rec, spec, paths, man, report, policy, _TOKEN, schedules)
 
 

@@ -26,9 +26,9 @@ from specbundle.attest import (
 )
 from specbundle.attest.predicates import TUNE_SCHEDULE_V1
 from specbundle.errors import VerificationError
-from specbundle.schedule import schedule_digest
+from specbundle.schedule import SCHEDULE_FILE, schedule_digest
 from specbundle.verify.diff import Problem, ProblemKind
-from specbundle.verify.policy import Requirement, TrustPolicy
+from specbundle.verify.policy import MAX_CLOCK_SKEW, Requirement, TrustPolicy
 
 __all__ = ["ArtifactRef", "evaluate_attestations"]
 
@@ -141,6 +141,10 @@ def _evaluate(req: Requirement, art: ArtifactRef, bundle: str, policy: TrustPoli
         if cs.signers - who:
             notes.append(f"signer(s) {sorted(x[:16] for x in cs.signers - who)} not eligible")
         t = st.time
+        if t is not None and t - now > MAX_CLOCK_SKEW:
+            notes.append(f"signed {t.isoformat()}, in the future (more than {MAX_CLOCK_SKEW} "
+                         "ahead of this clock); not counted")
+            continue
         if req.max_age is not None and (t is None or now - t > req.max_age):
             stale |= who
             notes.append("no signed time" if t is None else f"signed {t.isoformat()}")
@@ -207,19 +211,20 @@ def evaluate_attestations(
             if kind and art.root in cs.statement.digests("sha256"):
                 signers.setdefault(kind, {}).setdefault(art.role, [])
                 signers[kind][art.role] = sorted(set(signers[kind][art.role]) | cs.signers)
-    return problems, signers, _bound_schedules(stmts, policy, bundle, arts, revoked or {})
+    return problems, signers, _bound_schedules(stmts, policy, bundle, arts, revoked or {}, now)
 
 
 def _bound_schedules(stmts: list[CheckedStatement], policy: TrustPolicy, bundle: str,
-                     arts: Mapping[str, ArtifactRef], revoked: Mapping[str, str]
-                     ) -> frozenset[str]:
+                     arts: Mapping[str, ArtifactRef], revoked: Mapping[str, str],
+                     now: datetime) -> frozenset[str]:
     """Digests of the tuned schedules that render and bench may put in force.
 
     A tune statement binds its schedule only if it names every artifact's signed root (this
-    very bundle version) and a key signed it whose scope covers the bundle and all its repos
-    and that is not revoked: a key trusted for another bundle cannot retune this one. Only the
-    latest such statement per engine (log order) counts: a superseded schedule copied back
-    into the mirror is bound by nothing.
+    very bundle version) and this bundle's schedule file, is not dated in the future, and a
+    key signed it whose scope covers the bundle and all its repos and that is not revoked: a
+    key trusted for another bundle cannot retune this one. Only the latest such statement per
+    engine (log order) counts: a superseded schedule copied back into the mirror is bound by
+    nothing.
     """
     repos = tuple(a.repo for a in arts.values())
     eligible = {k.fingerprint for k in policy.keys
@@ -231,7 +236,13 @@ def _bound_schedules(stmts: list[CheckedStatement], policy: TrustPolicy, bundle:
             continue
         if not all(a.root in st.digests("sha256") for a in arts.values()):
             continue
-        digest = schedule_digest(st.predicate.get("schedule"))
+        sched = st.predicate.get("schedule")
+        if not isinstance(sched, dict) or sched.get("uri") != f"specbundle:bundle/{bundle}/" \
+                f"{SCHEDULE_FILE}":
+            continue  # tuned for another bundle (same artifacts, other name): never this one
+        if st.time is not None and st.time - now > MAX_CLOCK_SKEW:
+            continue
+        digest = schedule_digest(sched)
         if digest is not None:
             latest[str(st.predicate.get("engine"))] = digest
     return frozenset(latest.values())

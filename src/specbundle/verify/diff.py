@@ -17,6 +17,7 @@ ProblemKind = Literal[
     "bad-signature", "unknown-signature", "wrong-predicate-type", "unmet-threshold",
     "expired", "binding-mismatch", "malformed", "record-mismatch", "unsigned-manifest",
     "revoked-key", "out-of-scope", "wrong-bundle", "chain-mismatch",
+    "rolled-back",
 ]
 
 

@@ -22,6 +22,9 @@
       - {fingerprint: <sha256 hex>, reason: "laptop stolen"}
     anchors: [...]                     # certificate roles (CA + identities + CRLs), see anchors.py
     publishers: [...]                  # publishers' own signatures on pull, see publishers.py
+    revokers: [security]               # optional: may revoke any key; otherwise a signed
+                                       # revocation counts only from the key itself or a key
+                                       # whose repos and bundles scope covers the revoked key's
 
 An empty, unreadable or inconsistent policy is a :class:`SpecError`, never "trust all":
 unknown kinds, duplicate keys (also duplicate YAML mapping keys), a fingerprint that does
@@ -31,9 +34,11 @@ at load time.
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -43,15 +48,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from specbundle.attest import PREDICATE_BY_KIND, PublicKey, public_key_from_pem
 from specbundle.digest import sha256_bytes
 from specbundle.errors import SpecbundleError, SpecError
-from specbundle.strict import MalformedDocument, loads_yaml
+from specbundle.strict import MalformedDocument, loads_yaml, read_bounded
 from specbundle.verify.anchors import AnchorEntry, TrustedAnchor, build_anchors, in_scope
 from specbundle.verify.publishers import PublisherEntry, PublisherRule, build_publishers
 
-__all__ = ["DEFAULT_REQUIRE", "Requirement", "TrustPolicy", "TrustedAnchor", "TrustedKey",
-           "load_policy", "parse_duration", "parse_policy"]
+__all__ = ["DEFAULT_REQUIRE", "MAX_CLOCK_SKEW", "Requirement", "TrustPolicy", "TrustedAnchor",
+           "TrustedKey", "default_state_path", "load_policy", "parse_duration", "parse_policy"]
 
 #: Used when ``require`` is omitted: every statement ``specbundle sign`` makes, 1-of-n.
 DEFAULT_REQUIRE = ("fetch-provenance", "scan-result", "pair-binding")
+#: How far a statement's signed time may lie ahead of the verifier's clock. Anything later is
+#: refused, never counted as fresh: a future date would otherwise outlive ``max_age``.
+MAX_CLOCK_SKEW = timedelta(minutes=5)
+#: Names the operator's trust state file instead of the one beside the policy.
+STATE_ENV = "SPECBUNDLE_TRUST_STATE"
 _DURATION = re.compile(r"^(\d+)\s*([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -97,6 +107,7 @@ class _Policy(BaseModel):
     revoked: list[_Revoked] = []
     anchors: list[AnchorEntry] = []
     publishers: list[PublisherEntry] = []
+    revokers: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +174,22 @@ class TrustPolicy:
     def model_anchors(self) -> tuple[TrustedAnchor, ...]:
         """The certificate roles that may sign ``model.sig``."""
         return tuple(a for a in self.anchors if a.name in self.model_signer_anchors)
+    #: the operator's floor state (:mod:`specbundle.verify.floors`); None: policy from bytes
+    state_path: Path | None = None
+    #: keys the policy designates to revoke any key (``revokers:``)
+    revokers: frozenset[str] = frozenset()
+
+    def may_revoke(self, signers: frozenset[str], fingerprint: str) -> bool:
+        """True if one of ``signers`` may revoke ``fingerprint``: the key itself, a designated
+        revoker, or a key whose scope (repos and bundles) covers the revoked key's. Any other
+        policy key revoking it would let a narrowly trusted key switch off a wider one."""
+        if fingerprint in signers or signers & self.revokers:
+            return True
+        victim = self.key(fingerprint)
+        if victim is None:
+            return bool(signers)  # not a key of this policy: revoking it takes nothing away
+        return any(k is not None and _covers(k.repos, victim.repos)
+                   and _covers(k.bundles, victim.bundles) for k in map(self.key, signers))
 
     def key(self, fingerprint: str) -> TrustedKey | None:
         """The trusted key with this fingerprint."""
@@ -172,6 +199,11 @@ class TrustPolicy:
     def public_keys(self) -> tuple[PublicKey, ...]:
         """Every trusted public key."""
         return tuple(k.public for k in self.keys)
+
+
+def _covers(wide: tuple[str, ...], narrow: tuple[str, ...]) -> bool:
+    """Every pattern of ``narrow`` is matched by a pattern of ``wide`` (``*`` covers all)."""
+    return all(any(fnmatch.fnmatchcase(n, w) for w in wide) for n in narrow)
 
 
 def _resolve(names: list[str] | None, keys: dict[str, TrustedKey], where: str) -> frozenset[str]:
@@ -258,7 +290,9 @@ def _build(p: _Policy, digest: str, source: str, base: Path | None = None) -> Tr
     digest = _with_files(digest, p, base)
     return TrustPolicy(tuple(keys.values()), model_keys, tuple(reqs), digest, source,
                        {r.fingerprint: f"revoked by the trust policy: {r.reason}"
-                        for r in p.revoked}, anchors, model_anchors, publishers)
+                        for r in p.revoked}, anchors, model_anchors, publishers,
+                       revokers=_resolve(p.revokers, keys, "revokers") if p.revokers is not None
+                       else frozenset())
 
 
 def parse_policy(data: bytes, *, source: str = "<policy>", base: Path | None = None
@@ -282,10 +316,25 @@ def parse_policy(data: bytes, *, source: str = "<policy>", base: Path | None = N
         raise SpecError(err.message, file=source) from err
 
 
-def load_policy(path: Path) -> TrustPolicy:
-    """Read and validate ``trust.yaml``; unreadable is an error, never an empty policy."""
+def default_state_path(policy_path: Path) -> Path:
+    """``<dir>/<stem>.state.json`` beside the policy: where its floors live by default."""
+    return policy_path.with_name(f"{policy_path.stem}.state.json")
+
+
+def load_policy(path: Path, *, state: Path | None = None) -> TrustPolicy:
+    """Read and validate ``trust.yaml``; unreadable is an error, never an empty policy.
+
+    ``state``: the operator's floor file (else ``$SPECBUNDLE_TRUST_STATE``, else
+    :func:`default_state_path`), which every
+    verification under this policy consults and raises (:mod:`specbundle.verify.floors`).
+    """
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, max_bytes=1024 * 1024, what="trust policy")
+    except MalformedDocument as err:
+        raise SpecError(str(err), file=str(path)) from None
     except OSError as err:
         raise SpecError(f"cannot read trust policy: {err.strerror}", file=str(path)) from err
-    return parse_policy(data, source=str(path), base=path.parent)
+    pol = parse_policy(data, source=str(path), base=path.parent)
+    env = os.environ.get(STATE_ENV)
+    chosen = state or (Path(env) if env else None) or default_state_path(path)
+    return replace(pol, state_path=chosen.absolute())

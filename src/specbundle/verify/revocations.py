@@ -21,15 +21,19 @@ from specbundle.attest import REVOCATION_V1, Envelope, PublicKey, check_statemen
 from specbundle.digest import is_sha256, sha256_bytes
 from specbundle.errors import VerificationError
 from specbundle.mirror import Mirror
+from specbundle.mirror.eventlog import read_chain, read_log
 from specbundle.strict import loads_json
+from specbundle.verify import floors
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = [
     "REVOCATION_EVENT",
     "IgnoredRevocation",
+    "LogState",
     "Revocation",
     "RevocationCheck",
     "check_revocations",
+    "log_state",
     "read_events_lenient",
     "read_revocations",
     "revoked_fingerprints",
@@ -117,8 +121,13 @@ def _signed(raw: object, trusted: Sequence[PublicKey]) -> tuple[str, str, str, f
 
 def check_revocations(
     events: Iterable[Mapping[str, Any]], trusted: Sequence[PublicKey],
+    policy: TrustPolicy | None = None,
 ) -> RevocationCheck:
-    """Sort the ``revocation`` events of a log into trusted and ignored (never raises)."""
+    """Sort the ``revocation`` events of a log into trusted and ignored (never raises).
+
+    With ``policy``, a revocation also needs a signer that may revoke that key
+    (:meth:`TrustPolicy.may_revoke`: itself, a designated revoker or a same-scope key).
+    """
     good: list[Revocation] = []
     ignored: list[IgnoredRevocation] = []
     for ev in events:
@@ -147,6 +156,11 @@ def check_revocations(
             skip("signed by no key of the trust policy (" + "; ".join(problems)
                  + "); ignored")
             continue
+        if policy is not None and not policy.may_revoke(signers, fp):
+            skip(f"signed by key(s) {', '.join(x[:16] + '…' for x in sorted(signers))}, which "
+                 f"may not revoke {fp[:16]}… (not a designated revoker, narrower scope); "
+                 "ignored")
+            continue
         if claim is not None and claim != fp:
             skip(f"its unsigned fields claim key {claim}, but the signed statement revokes "
                  f"{fp}; only the signed revocation counts")
@@ -160,9 +174,12 @@ def read_revocations(mirror: Mirror, trusted_keys: Iterable[PublicKey]) -> tuple
     return check_revocations(events, list(trusted_keys)).revocations
 
 
-def revoked_keys(mirror: Mirror, trusted_keys: Iterable[PublicKey]) -> Mapping[str, Revocation]:
-    """Fingerprint -> earliest trusted revocation, from the mirror's event log."""
-    return check_revocations(read_events_lenient(mirror.events_path), list(trusted_keys)).revoked
+def revoked_keys(mirror: Mirror, trusted_keys: Iterable[PublicKey],
+                 policy: TrustPolicy | None = None) -> Mapping[str, Revocation]:
+    """Fingerprint -> earliest trusted revocation, from the mirror's event log (with
+    ``policy``: only revocations a signer may make, as the verifier counts them)."""
+    return check_revocations(read_events_lenient(mirror.events_path), list(trusted_keys),
+                             policy).revoked
 
 
 def revocation_lines(check: RevocationCheck) -> list[str]:
@@ -174,12 +191,8 @@ def revocation_lines(check: RevocationCheck) -> list[str]:
 
 def read_events_lenient(path: Path) -> list[dict[str, Any]]:
     """The log's entries that parse strictly, in file order (a tampered log is still shown)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
     out: list[dict[str, Any]] = []
-    for raw in data.splitlines():
+    for raw in read_log(path).splitlines():
         try:
             ev = loads_json(raw, what="event")
         except ValueError:
@@ -196,8 +209,40 @@ def revoked_fingerprints(mirror: Mirror, policy: TrustPolicy,
     ``extra`` carries revocations a signed transfer index brought (import). A revocation only
     takes trust away, so every source counts and none can restore a key.
     """
+    return log_state(mirror, policy, extra).revoked
+
+
+@dataclass(frozen=True)
+class LogState:
+    """What a verifier read from a mirror's log: every revocation in force and the log head."""
+
+    revoked: dict[str, str]
+    #: revocations the log itself carries (trusted, already recorded in the trust state)
+    from_log: dict[str, str]
+    head: tuple[int, str] | None
+
+
+def log_state(mirror: Mirror, policy: TrustPolicy,
+              extra: Mapping[str, str] | None = None) -> LogState:
+    """Revocations (policy, operator's trust state, ``extra`` and the log) and the log head.
+
+    The log is read strictly along its hash chain and must reach the head the trust state
+    recorded for this mirror: deleting a revocation line, or the tail with it, is an error.
+    Its head and trusted revocations are then recorded in the trust state.
+
+    Raises:
+        CorruptMirror: the chain is broken (a line deleted, edited or reordered).
+        VerificationError: the log is shorter than, or differs from, the recorded head.
+    """
+    events, head = read_chain(mirror.events_path)
+    floors.check_log(policy, mirror, events, head)
+    from_log = {fp: r.detail
+                for fp, r in check_revocations(events, policy.public_keys, policy).revoked.items()}
+    # recorded now, whatever the verification finds: a revocation (and the log that carried
+    # it) must outlive the lines a mirror writer can delete
+    floors.raise_floors(policy, mirror, head=head, revoked=from_log)
     out = dict(extra or {})
     out.update(policy.revoked)
-    for fp, r in revoked_keys(mirror, policy.public_keys).items():
-        out.setdefault(fp, r.detail)
-    return out
+    for fp, why in (floors.recorded_revocations(policy) | from_log).items():
+        out.setdefault(fp, why)
+    return LogState(out, from_log, head)

@@ -1,0 +1,104 @@
+"""Writes into a mirror never follow a link planted there (issue 22 item 1), with twins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specbundle.errors import CorruptMirror, RenderError
+from specbundle.mirror import Mirror
+from specbundle.render import render_bundle
+from tests.render.conftest import DIGEST, BundleFactory
+
+
+def _victim(tmp_path: Path) -> Path:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("precious")
+    return victim
+
+
+def test_render_into_a_clean_mirror_writes_under_it(mirror: Mirror, bundle: BundleFactory
+                                                     ) -> None:
+    bundle()
+    res = render_bundle(mirror, "llama-pair", "llamacpp", "shell", image_digest=DIGEST)
+    assert res.out_dir.is_relative_to(mirror.root) and not res.out_dir.is_symlink()
+    script = next(p for p in res.files if p.suffix == ".sh")
+    assert res.contents[script.name] == script.read_text()  # what bench runs
+    again = render_bundle(mirror, "llama-pair", "llamacpp", "shell", image_digest=DIGEST)
+    assert again.out_dir == res.out_dir  # a real folder is swapped, as before
+
+
+@pytest.mark.parametrize("planted", ["render", "render/llamacpp", "render/llamacpp/shell"])
+def test_a_link_planted_on_the_render_path_is_refused(mirror: Mirror, bundle: BundleFactory,
+                                                      tmp_path: Path, planted: str) -> None:
+    bundle()
+    victim = _victim(tmp_path)
+    link = mirror.bundle_dir("llama-pair") / planted
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(victim, target_is_directory=True)
+    with pytest.raises(CorruptMirror, match="symbolic link") as err:
+        render_bundle(mirror, "llama-pair", "llamacpp", "shell", image_digest=DIGEST)
+    assert err.value.exit_code == 3
+    assert sorted(p.name for p in victim.iterdir()) == ["keep"]
+    assert (victim / "keep").read_text() == "precious"
+
+
+def test_a_file_planted_as_the_model_alias_folder_is_refused(mirror: Mirror,
+                                                             bundle: BundleFactory,
+                                                             tmp_path: Path) -> None:
+    bundle()
+    victim = _victim(tmp_path)
+    models = mirror.bundle_dir("llama-pair") / "render" / "models"
+    models.parent.mkdir(parents=True)
+    models.symlink_to(victim, target_is_directory=True)
+    with pytest.raises(CorruptMirror, match="symbolic link"):
+        render_bundle(mirror, "llama-pair", "llamacpp", "shell", image_digest=DIGEST)
+    assert sorted(p.name for p in victim.iterdir()) == ["keep"]
+
+
+def test_a_folder_planted_as_a_model_alias_is_refused(mirror: Mirror, bundle: BundleFactory
+                                                      ) -> None:
+    bundle()
+    alias = mirror.bundle_dir("llama-pair") / "render" / "models" / "target"
+    alias.mkdir(parents=True)
+    with pytest.raises(RenderError, match="not a model alias"):
+        render_bundle(mirror, "llama-pair", "llamacpp", "shell", image_digest=DIGEST)
+
+
+def test_stage_files_never_write_through_a_planted_folder_link(mirror: Mirror,
+                                                               bundle: BundleFactory,
+                                                               tmp_path: Path) -> None:
+    bundle()
+    victim = _victim(tmp_path)
+    mirror.write_bundle_file("llama-pair", "bench/r1/report.json", b"{}")  # twin
+    (mirror.bundle_dir("llama-pair") / "admit").symlink_to(victim, target_is_directory=True)
+    with pytest.raises(CorruptMirror, match="symbolic link"):
+        mirror.write_bundle_file("llama-pair", "admit/status.json", b"{}")
+    (mirror.root / "tmp").rename(mirror.root / "tmp.old")
+    (mirror.root / "tmp").symlink_to(victim, target_is_directory=True)
+    with pytest.raises(CorruptMirror, match="symbolic link"):
+        mirror.new_temp_path()
+    assert sorted(p.name for p in victim.iterdir()) == ["keep"]
+
+
+def test_bench_runs_the_bytes_it_rendered_not_the_file_in_the_mirror(
+        mirror: Mirror, bundle: BundleFactory) -> None:
+    from specbundle.bench.api import BenchOptions, _Manifest
+    from specbundle.spec import parse_spec
+
+    rec = bundle()
+    man = _Manifest(mirror, rec, parse_spec(rec.spec), "llamacpp",
+                    BenchOptions(binary="/bin/true"), mirror.tmp_dir)
+    try:
+        rendered = man.run_script.read_text()
+        assert rendered == man.script.read_text()  # twin: the same bytes
+        man.script.write_text("#!/bin/sh\ntouch /tmp/pwned\n")  # swapped after render
+        assert man.run_script.read_text() == rendered
+        assert not man.run_script.is_relative_to(mirror.root)
+        assert oct(man.private.stat().st_mode & 0o777) == oct(0o700)
+    finally:
+        import shutil
+
+        shutil.rmtree(man.private)
