@@ -17,7 +17,6 @@ reading is the only one a verified bundle can give.
 
 from __future__ import annotations
 
-import errno
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from specbundle.mirror import Mirror
 from specbundle.record import BundleRecord
 from specbundle.schedule import TunedSchedule, read_logged_schedule
 from specbundle.spec import BundleSpec, parse_spec
+from specbundle.strict import MalformedDocument, read_mirror_file
 
 __all__ = ["Bundle", "UnsignedBundle", "read_unsigned"]
 
@@ -132,9 +132,10 @@ class Bundle(ABC):
         in_bundle = self.mirror.bundle_dir(self.name) / rel
         if self.record.prompts_sha256 is not None:
             try:
-                if in_bundle.is_symlink():
-                    raise OSError(errno.ELOOP, "is a symbolic link")
-                data = in_bundle.read_bytes()
+                data = read_mirror_file(in_bundle)  # a regular file, never a link, FIFO, device
+            except MalformedDocument as err:
+                raise SpecError(f"cannot read the bundle's prompts file {rel!r}: {err}",
+                                field="bench.prompts_file") from None
             except OSError as err:
                 raise SpecError(f"cannot read the bundle's prompts file {rel!r}: {err.strerror}",
                                 field="bench.prompts_file") from None

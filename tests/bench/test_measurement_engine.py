@@ -22,7 +22,6 @@ from specbundle.bench import BenchOptions, run_bench
 from specbundle.bench.tune import TuneOptions, run_tune
 from specbundle.bundle import read_unsigned
 from specbundle.render import render_bundle
-from specbundle.schedule import read_tuned
 from specbundle.spec import parse_spec
 from specbundle.synth import SynthPair
 from specbundle.synth.known import make_cyclic_pair, make_self_pair
@@ -130,7 +129,7 @@ def test_tune_finds_the_k_a_cyclic_draft_agrees_for(tmp_path: Path,
     assert result.crossover_concurrency == 1
     k6 = next(r for r in result.results if r.k == 6)
     assert k6.ratio is not None and k6.ratio.ratio < choice.ratio
-    tuned = read_tuned(mirror, "cyc", "llamacpp")  # bound by digest to the signed statement
+    tuned = read_unsigned(mirror, "cyc").tuned_schedule("llamacpp")  # the logged statement's
     assert tuned is not None and tuned.at(1).k == cyc.agree
     rendered = render_bundle(read_unsigned(mirror, "cyc"), "llamacpp", "shell")
     args = list(rendered.command.args)
