@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from specbundle.bundle import read_unsigned
 from specbundle.errors import CorruptMirror, RenderError
 from specbundle.mirror import Mirror
 from specbundle.render import render_bundle
@@ -22,11 +23,11 @@ def _victim(tmp_path: Path) -> Path:
 def test_render_into_a_clean_mirror_writes_under_it(mirror: Mirror, bundle: BundleFactory
                                                      ) -> None:
     bundle()
-    res = render_bundle(mirror, "llama-pair", "llamacpp", "shell", image_digest=DIGEST)
+    res = render_bundle(read_unsigned(mirror, "llama-pair"), "llamacpp", "shell", image_digest=DIGEST)
     assert res.out_dir.is_relative_to(mirror.root) and not res.out_dir.is_symlink()
     script = next(p for p in res.files if p.suffix == ".sh")
     assert res.contents[script.name] == script.read_text()  # what bench runs
-    again = render_bundle(mirror, "llama-pair", "llamacpp", "shell", image_digest=DIGEST)
+    again = render_bundle(read_unsigned(mirror, "llama-pair"), "llamacpp", "shell", image_digest=DIGEST)
     assert again.out_dir == res.out_dir  # a real folder is swapped, as before
 
 
@@ -39,7 +40,7 @@ def test_a_link_planted_on_the_render_path_is_refused(mirror: Mirror, bundle: Bu
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(victim, target_is_directory=True)
     with pytest.raises(CorruptMirror, match="symbolic link") as err:
-        render_bundle(mirror, "llama-pair", "llamacpp", "shell", image_digest=DIGEST)
+        render_bundle(read_unsigned(mirror, "llama-pair"), "llamacpp", "shell", image_digest=DIGEST)
     assert err.value.exit_code == 3
     assert sorted(p.name for p in victim.iterdir()) == ["keep"]
     assert (victim / "keep").read_text() == "precious"
@@ -54,7 +55,7 @@ def test_a_file_planted_as_the_model_alias_folder_is_refused(mirror: Mirror,
     models.parent.mkdir(parents=True)
     models.symlink_to(victim, target_is_directory=True)
     with pytest.raises(CorruptMirror, match="symbolic link"):
-        render_bundle(mirror, "llama-pair", "llamacpp", "shell", image_digest=DIGEST)
+        render_bundle(read_unsigned(mirror, "llama-pair"), "llamacpp", "shell", image_digest=DIGEST)
     assert sorted(p.name for p in victim.iterdir()) == ["keep"]
 
 
@@ -64,7 +65,7 @@ def test_a_folder_planted_as_a_model_alias_is_refused(mirror: Mirror, bundle: Bu
     alias = mirror.bundle_dir("llama-pair") / "render" / "models" / "target"
     alias.mkdir(parents=True)
     with pytest.raises(RenderError, match="not a model alias"):
-        render_bundle(mirror, "llama-pair", "llamacpp", "shell", image_digest=DIGEST)
+        render_bundle(read_unsigned(mirror, "llama-pair"), "llamacpp", "shell", image_digest=DIGEST)
 
 
 def test_stage_files_never_write_through_a_planted_folder_link(mirror: Mirror,
@@ -86,10 +87,9 @@ def test_stage_files_never_write_through_a_planted_folder_link(mirror: Mirror,
 def test_bench_runs_the_bytes_it_rendered_not_the_file_in_the_mirror(
         mirror: Mirror, bundle: BundleFactory) -> None:
     from specbundle.bench.api import BenchOptions, _Manifest
-    from specbundle.spec import parse_spec
 
     rec = bundle()
-    man = _Manifest(mirror, rec, parse_spec(rec.spec), "llamacpp",
+    man = _Manifest(read_unsigned(mirror, rec.name), "llamacpp",
                     BenchOptions(binary="/bin/true"), mirror.tmp_dir)
     try:
         rendered = man.run_script.read_text()
