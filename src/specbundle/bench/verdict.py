@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     from specbundle.bench.report import BenchReport, LevelResult
 
-__all__ = ["Figures", "Verdict", "bench_verdict", "figures_of", "gate_verdict",
+__all__ = ["CriterionLike", "Figures", "Verdict", "bench_verdict", "figures_of", "gate_verdict",
            "level_verdict", "looks_text", "percent", "verdict_first"]
 
 Outcome = Literal["wins", "loses", "inconclusive", "invalid", "unmeasured", "admitted",

@@ -20,7 +20,9 @@ from specbundle.cli._output import console, err_console, print_table, write_json
 from specbundle.cli.verify import bundle_options, open_bundle
 from specbundle.errors import UsageError
 
-__all__ = ["bench_options", "command", "show_report", "show_verdict", "step_progress"]
+__all__ = [
+    "bench_options", "command", "make_options", "show_report", "show_verdict", "step_progress",
+]
 
 
 @contextlib.contextmanager

@@ -18,6 +18,8 @@ from typing import Any
 
 from jinja2.runtime import Undefined
 
+__all__: list[str] = []  # template_render's private half: its rules are not API
+
 
 class _Differs(Exception):
     """The render did something llama.cpp's engine evaluates differently (checked on
