@@ -16,4 +16,6 @@ The package tree is the pipeline, and a stage imports only earlier stages::
 Only :mod:`specbundle.cli` imports every stage; the library never prints or exits.
 """
 
+__all__ = ["__version__"]
+
 __version__ = "0.1.0"

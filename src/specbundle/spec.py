@@ -38,6 +38,7 @@ __all__ = [
     "EngineName",
     "EngineSettings",
     "LlamaCppSettings",
+    "Metadata",
     "SGLangSettings",
     "SpecMethod",
     "SpeculativeSpec",

@@ -42,7 +42,10 @@ from specbundle.strict import loads_json, loads_yaml, read_bounded, read_mirror_
 from specbundle.verify.anchors import open_anchored
 from specbundle.verify.policy import TrustPolicy
 
-__all__ = ["Predicates", "artifact_audit", "attestation_audits", "license_of", "purl", "scan_audit"]
+__all__ = [
+    "Predicates", "artifact_audit", "attestation_audits", "license_of", "own_manifests", "purl",
+    "scan_audit",
+]
 
 _MAX_CARD_BYTES = 16 * 1024 * 1024
 _FRONT_MATTER = re.compile(rb"\A---\s*\n(.*?)\n---\s*(\n|\Z)", re.S)

@@ -115,7 +115,7 @@ def _verifier_link(mirror: Mirror, name: str, policy: TrustPolicy | None,
         (vb.record, vb.manifest_digest)
 
 
-def bind_admissions(atts: Sequence[AttestationAudit], verified_manifest: str | None,
+def _bind_admissions(atts: Sequence[AttestationAudit], verified_manifest: str | None,
                     own: Mapping[str, int]) -> tuple[AttestationAudit, ...]:
     """An admission counts only for the manifest it names (item: admission replay);
     ``verified_manifest``: the digest of the version the verifier passed, if any."""
@@ -157,7 +157,7 @@ def audit_bundle(
     roots = {a.role: a.oms_root for a in arts if a.oms_root}
     atts, preds, log_problems = attestation_audits(mirror, rec, roots, policy)
     arts, atts = apply_revocations(arts, atts, revoked, policy)
-    atts = bind_admissions(atts, passed[1] if passed else None, own_manifests(mirror, name))
+    atts = _bind_admissions(atts, passed[1] if passed else None, own_manifests(mirror, name))
     scan = scan_audit(mirror, rec, atts)
     bench = bench_audits(mirror, rec, atts, preds)
     images = image_audits(mirror, rec, rehash=rehash)

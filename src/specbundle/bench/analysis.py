@@ -29,7 +29,8 @@ from specbundle.bench.runner import ArmData, RawRun
 from specbundle.bench.sglang_meta import chain_only
 from specbundle.bench.verifycost import VerifyCost, verify_cost
 
-__all__ = ["AnalysisInputs", "alpha_c_settled", "analyse_levels", "ceiling", "validity"]
+__all__ = ["AnalysisInputs", "acceptance", "alpha_c_settled", "analyse_levels", "ceiling",
+           "validity"]
 
 _REPETITION_FLOOR = 0.3  # distinct char 4-gram ratio below this = a repetition loop
 
@@ -54,7 +55,7 @@ def _ms(values: Sequence[float]) -> stats.Summary | None:
     return stats.summarize([v * 1000.0 for v in values])
 
 
-def arm_level(arm: str, c: int, runs: Sequence[LevelRun],
+def _arm_level(arm: str, c: int, runs: Sequence[LevelRun],
               deltas: Sequence[WindowDelta] = ()) -> ArmLevel:
     """Pool one arm's rounds at one level."""
     results = [r for run in runs for r in run.results]
@@ -131,7 +132,7 @@ def _server_step(engine: str, runs: Sequence[LevelRun]) -> float | None:
     return sum(s for s in steps if s) / len(steps) if steps and None not in steps else None
 
 
-def draft_cost(raw: RawRun, c: int, draft: ArmLevel | None, base: ArmLevel) -> float | None:
+def _draft_cost(raw: RawRun, c: int, draft: ArmLevel | None, base: ArmLevel) -> float | None:
     """c = the draft's per-step time / the target's per-step time in the baseline arm.
 
     Server-side decode time per token where the engine reports it (no HTTP in it), else
@@ -213,9 +214,9 @@ def analyse_levels(raw: RawRun, inp: AnalysisInputs) -> tuple[LevelResult, ...]:
     rc = inp.ratio_confidence or inp.confidence
     for c in raw.levels:
         b_runs, s_runs = raw.base.runs.get(c, []), raw.spec.runs.get(c, [])
-        base = arm_level("base", c, b_runs, raw.base.deltas.get(c, []))
-        spec = arm_level("spec", c, s_runs, raw.spec.deltas.get(c, []))
-        draft = arm_level("draft", c, raw.draft.runs.get(c, [])) if raw.draft else None
+        base = _arm_level("base", c, b_runs, raw.base.deltas.get(c, []))
+        spec = _arm_level("spec", c, s_runs, raw.spec.deltas.get(c, []))
+        draft = _arm_level("draft", c, raw.draft.runs.get(c, [])) if raw.draft else None
         ratio = boot = None
         needed = None
         tb, ts = base.round_output_throughput, spec.round_output_throughput
@@ -227,7 +228,7 @@ def analyse_levels(raw: RawRun, inp: AnalysisInputs) -> tuple[LevelResult, ...]:
                 boot = stats.bootstrap_ratio_ci(tb, ts, confidence=rc)
         acc = acceptance(raw.engine, raw.spec.deltas.get(c, []), s_runs, raw.spec.props)
         c_ci = checks.draft_cost_ci(raw, c, inp.confidence)
-        c_meas = c_ci.ratio if c_ci is not None else draft_cost(raw, c, draft, base)
+        c_meas = c_ci.ratio if c_ci is not None else _draft_cost(raw, c, draft, base)
         tau, g, alpha = acc.mean_acceptance_length, acc.mean_draft_length, acc.alpha
         c_bb = stats.black_box_c(tau, ratio.ratio, g) if tau and g and ratio else None
         c_gate = c_ci.high if c_ci is not None else c_meas

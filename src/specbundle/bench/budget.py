@@ -19,8 +19,8 @@ from specbundle.bench import stats
 from specbundle.bench.report import Stopping, StopReason
 from specbundle.spec import BundleSpec
 
-__all__ = ["LAUNCH_ALLOWANCE_S", "Mark", "OutOfTime", "PhaseClock", "default_time_budget",
-           "marks", "rollback", "stopping"]
+__all__ = ["LAUNCH_ALLOWANCE_S", "Mark", "OutOfTime", "PhaseClock", "Tables",
+           "default_time_budget", "marks", "rollback", "stopping"]
 
 #: Seconds allowed per arm launch of the spec's minimum design in the default time budget.
 LAUNCH_ALLOWANCE_S = 120.0

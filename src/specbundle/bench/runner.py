@@ -59,7 +59,10 @@ from specbundle.errors import BenchError
 from specbundle.spec import BundleSpec
 from specbundle.strict import MalformedDocument
 
-__all__ = ["ArmData", "BenchOptions", "Launcher", "Progress", "RawRun", "sweep_levels"]
+__all__ = [
+    "ArmData", "BenchOptions", "Launcher", "Progress", "RawRun", "binary_env", "new_run_id",
+    "resolve_program", "run_raw", "sweep_levels",
+]
 
 #: (what is running now, steps done so far, total steps); ``what`` names the round, the arm,
 #: the level and the P95 ratio's current repeated CI, for a log line as much as for a bar.

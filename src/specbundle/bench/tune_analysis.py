@@ -23,7 +23,10 @@ from pydantic import TypeAdapter
 from specbundle.bench import stats
 from specbundle.schedule import Tier, TunedSchedule
 
-__all__ = ["TUNE_VERSION", "LevelChoice", "TuneResult", "Variant", "VariantLevel", "choose"]
+__all__ = [
+    "TUNE_VERSION", "LevelChoice", "TuneResult", "Variant", "VariantLevel", "choose",
+    "variant_levels",
+]
 
 TUNE_VERSION = "specbundle.tune-result/v1"
 

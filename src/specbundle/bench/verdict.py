@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     from specbundle.bench.report import BenchReport, LevelResult
 
-__all__ = ["Figures", "Verdict", "bench_decision", "bench_verdict", "c_basis", "figures_of",
-           "gate_decision", "gate_verdict", "level_verdict", "looks_text", "percent",
+__all__ = ["CriterionLike", "Figures", "Verdict", "bench_decision", "bench_verdict", "c_basis",
+           "figures_of", "gate_decision", "gate_verdict", "level_verdict", "looks_text", "percent",
            "verdict_first"]
 
 Outcome = Literal["wins", "loses", "inconclusive", "invalid", "unmeasured", "admitted",

@@ -127,7 +127,11 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as ex:  # noqa: BLE001 - the one broad handler, by design
         if os.environ.get("SPECBUNDLE_DEBUG"):
             traceback.print_exc()
+        if exit_code_for(ex) == ExitCode.ENVIRONMENT:  # out of memory, a network that refused
+            _fail(ExitCode.ENVIRONMENT, "environment",
+                  redact(": ".join(filter(None, (type(ex).__name__, str(ex))))), None,
+                  as_json=as_json)
         _fail(exit_code_for(ex), "internal",
-              "internal error: " + redact(f"{type(ex).__name__}: {ex}"),
+              "internal error: " + redact(" ".join(f"{type(ex).__name__}: {ex}".split())),
               "rerun with --debug for a traceback and report it", as_json=as_json)
     sys.exit(ExitCode.OK)

@@ -2,10 +2,14 @@
 
 A :class:`~specbundle.errors.SpecbundleError` carries its own code: 3/4/5 "the check said no",
 7 "a diff found a runtime- or gate-changing difference" (``diff --fail-on-behaviour-change``),
-1 "the tool broke", 6 "the machine lacks something".
+1 "the tool broke", 6 "the machine lacks something". A foreign exception that escaped the
+library unwrapped is 1 (a bug to report), unless it plainly says the machine lacks something:
+an ``OSError`` (disk full, permission), ``MemoryError``, or an httpx transport failure.
 """
 
 from __future__ import annotations
+
+import sys
 
 import click
 
@@ -22,6 +26,9 @@ def exit_code_for(err: BaseException) -> int:
         return ExitCode.USAGE
     if isinstance(err, KeyboardInterrupt):
         return 130
-    if isinstance(err, OSError):  # a file, socket or disk the machine would not give us
+    if isinstance(err, OSError | MemoryError):  # a file, socket, disk or memory it lacks
+        return ExitCode.ENVIRONMENT
+    httpx = sys.modules.get("httpx")  # not imported: the error cannot be one of its own
+    if httpx is not None and isinstance(err, httpx.TransportError):  # network would not connect
         return ExitCode.ENVIRONMENT
     return ExitCode.INTERNAL

@@ -33,7 +33,7 @@ from specbundle.errors import UsageError, VerificationError
 from specbundle.mirror import Mirror
 from specbundle.verify import TrustPolicy, floors, load_policy
 
-__all__ = ["command"]
+__all__ = ["bom", "checkpoint", "command", "html", "log", "query", "show"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

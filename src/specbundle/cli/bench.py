@@ -29,8 +29,8 @@ from specbundle.cli._output import console, err_console, print_table, write_json
 from specbundle.cli.verify import bundle_options, open_bundle
 from specbundle.errors import UsageError
 
-__all__ = ["bench_options", "command", "interruptible", "show_decision", "show_report",
-           "show_verdict", "step_progress", "time_budget_option"]
+__all__ = ["bench_options", "command", "interruptible", "make_options", "show_decision",
+           "show_report", "show_verdict", "step_progress", "time_budget_option"]
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from specbundle.images import (
     save_images,
 )
 
-__all__ = ["command"]
+__all__ = ["command", "load", "ls", "prune", "pull", "save"]
 
 _ENGINE = click.option("--engine", "engines", multiple=True,
                        type=click.Choice(["vllm", "sglang", "llamacpp"]),

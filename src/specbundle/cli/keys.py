@@ -23,7 +23,7 @@ from specbundle.cli._keyopts import KEY_SOURCE, load_keys, passphrase_option, re
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json
 
-__all__ = ["command"]
+__all__ = ["command", "generate", "revoke"]
 
 
 @click.group("keys")

@@ -10,7 +10,7 @@ from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, esc, print_json, print_table
 from specbundle.errors import CorruptMirror, MirrorError
 
-__all__ = ["command"]
+__all__ = ["command", "gc", "ls", "show"]
 
 
 @click.group("mirror")

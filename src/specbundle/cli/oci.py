@@ -39,7 +39,7 @@ from specbundle.render.targets import KubernetesOciTarget, OciModelSource
 from specbundle.transfer import parse_size
 from specbundle.verify import load_policy
 
-__all__ = ["command", "render_from_registry"]
+__all__ = ["attach", "command", "export", "import_", "pull", "push", "render_from_registry"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -33,7 +33,9 @@ from specbundle.record import ArtifactRecord, FileEntry
 if TYPE_CHECKING:
     from specbundle.mirror.store import Mirror
 
-__all__ = ["TREES", "build_tree", "publish_view", "safe_rel", "selection_id", "tree_name"]
+__all__ = [
+    "TREES", "build_tree", "publish_view", "safe_rel", "selection_id", "tree_name", "write_ref",
+]
 
 TREES = "trees"
 _faults.register("tree.renamed", "view.flipped", "ref.flipped")
@@ -47,7 +49,7 @@ def safe_rel(path: str) -> PurePosixPath:
         raise CorruptMirror(f"refusing unsafe path inside a model tree: {path!r}") from None
 
 
-def check_commit(commit: str) -> str:
+def _check_commit(commit: str) -> str:
     """A commit id safe to use as a folder name: :func:`specbundle.ids.check_commit`."""
     try:
         return ids.check_commit(commit)
@@ -63,7 +65,7 @@ def selection_id(files: Iterable[FileEntry]) -> str:
 
 def tree_name(commit: str, files: Iterable[FileEntry]) -> str:
     """Folder name of the tree holding exactly ``files`` at ``commit``."""
-    return f"{check_commit(commit)}-{selection_id(files)}"
+    return f"{_check_commit(commit)}-{selection_id(files)}"
 
 
 def _complete(tree: Path, files: tuple[FileEntry, ...]) -> bool:
@@ -139,7 +141,7 @@ def _flip_link(link: Path, target: str) -> bool:
     return True
 
 
-def union_files(selections: Iterable[tuple[FileEntry, ...]]) -> tuple[FileEntry, ...]:
+def _union_files(selections: Iterable[tuple[FileEntry, ...]]) -> tuple[FileEntry, ...]:
     """Every path any selection holds, except paths two selections disagree on."""
     seen: dict[str, FileEntry] = {}
     bad: set[str] = set()
@@ -155,8 +157,8 @@ def publish_view(mirror: Mirror, repo: str, commit: str,
                  selections: Iterable[tuple[FileEntry, ...]]) -> Path | None:
     """Point ``snapshots/<commit>`` at the union tree of the live selections (None: removed)."""
     mdir = mirror.model_dir(repo)
-    link = mdir / "snapshots" / check_commit(commit)
-    files = union_files(selections)
+    link = mdir / "snapshots" / _check_commit(commit)
+    files = _union_files(selections)
     try:
         if not files:
             if link.is_symlink():
@@ -179,5 +181,5 @@ def write_ref(mirror: Mirror, art: ArtifactRecord) -> None:
         ref = mirror.model_dir(art.repo) / "refs" / safe_rel(art.requested_revision)
         if ref.is_file() and ref.read_bytes() == art.commit.encode():
             return
-        atomic_write_bytes(ref, check_commit(art.commit).encode())
+        atomic_write_bytes(ref, _check_commit(art.commit).encode())
         _faults.point("ref.flipped")

@@ -46,6 +46,7 @@ __all__ = [
     "model_sig_rel",
     "read_current_manifest",
     "read_manifest",
+    "read_signed_file",
     "read_version_file",
     "reclaim_unflipped",
     "version_images",

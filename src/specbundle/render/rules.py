@@ -24,7 +24,7 @@ _SCHEDULE_TESTED = (SpecMethod.EAGLE, SpecMethod.EAGLE3, SpecMethod.DFLASH)
 
 
 # -- vLLM Dynamic-SD schedule -----------------------------------------------------------------
-def schedule_k_exceeds(inp: LintInput) -> Iterator[Finding]:
+def _schedule_k_exceeds(inp: LintInput) -> Iterator[Finding]:
     """vLLM stores min(num_speculative_tokens, K) per batch size: a larger K is silently capped."""
     sp = inp.spec.speculative
     for i, (start, end, k) in enumerate(sp.schedule or ()):
@@ -41,7 +41,7 @@ def schedule_k_exceeds(inp: LintInput) -> Iterator[Finding]:
             )
 
 
-def schedule_ranges(inp: LintInput) -> Iterator[Finding]:
+def _schedule_ranges(inp: LintInput) -> Iterator[Finding]:
     """Overlaps and a first range not at 1 are rejected by vLLM; gaps inherit the previous K."""
     sched = sorted(inp.spec.speculative.schedule or (), key=lambda t: t[0])
     if sched and sched[0][0] != 1:
@@ -77,7 +77,7 @@ def schedule_ranges(inp: LintInput) -> Iterator[Finding]:
             )
 
 
-def schedule_data_parallel(inp: LintInput) -> Iterator[Finding]:
+def _schedule_data_parallel(inp: LintInput) -> Iterator[Finding]:
     """With data parallelism vLLM drops the schedule (a warning, not a refusal)."""
     s = inp.spec.engines.vllm
     if inp.spec.speculative.schedule and s is not None and s.data_parallel_size > 1:
@@ -92,7 +92,7 @@ def schedule_data_parallel(inp: LintInput) -> Iterator[Finding]:
         )
 
 
-def schedule_method(inp: LintInput) -> Iterator[Finding]:
+def _schedule_method(inp: LintInput) -> Iterator[Finding]:
     """Dynamic SD is tested only with EAGLE, EAGLE-3 and DFlash (vLLM docs, Limitations)."""
     sp = inp.spec.speculative
     if sp.schedule and inp.spec.engines.vllm is not None and sp.method not in _SCHEDULE_TESTED:
@@ -108,7 +108,7 @@ def schedule_method(inp: LintInput) -> Iterator[Finding]:
         )
 
 
-def schedule_engine(inp: LintInput) -> Iterator[Finding]:
+def _schedule_engine(inp: LintInput) -> Iterator[Finding]:
     """SGLang and llama.cpp have no per-batch schedule: it is ignored there."""
     if not inp.spec.speculative.schedule:
         return
@@ -129,7 +129,7 @@ def schedule_engine(inp: LintInput) -> Iterator[Finding]:
 
 
 # -- parallelism ------------------------------------------------------------------------------
-def pipeline_parallel(inp: LintInput) -> Iterator[Finding]:
+def _pipeline_parallel(inp: LintInput) -> Iterator[Finding]:
     """SGLang's pipeline parallelism with speculation depends on the release.
 
     vLLM composes it with speculative decoding (its config builder accepts PP > 1 with a
@@ -149,7 +149,7 @@ def pipeline_parallel(inp: LintInput) -> Iterator[Finding]:
         )
 
 
-def sglang_dflash_pp(inp: LintInput) -> Iterator[Finding]:
+def _sglang_dflash_pp(inp: LintInput) -> Iterator[Finding]:
     """SGLang DFLASH/DSPARK require pp_size == 1."""
     s = inp.spec.engines.sglang
     if s is not None and s.pp_size > 1 and inp.spec.speculative.method == SpecMethod.DFLASH:
@@ -163,7 +163,7 @@ def sglang_dflash_pp(inp: LintInput) -> Iterator[Finding]:
         )
 
 
-def gpu_count(inp: LintInput) -> Iterator[Finding]:
+def _gpu_count(inp: LintInput) -> Iterator[Finding]:
     """The deployment must reserve as many GPUs as the parallel layout uses."""
     need = {}
     if (v := inp.spec.engines.vllm) is not None:
@@ -184,7 +184,7 @@ def gpu_count(inp: LintInput) -> Iterator[Finding]:
 
 
 # -- vLLM speculative config ------------------------------------------------------------------
-def vllm_spec_tp(inp: LintInput) -> Iterator[Finding]:
+def _vllm_spec_tp(inp: LintInput) -> Iterator[Finding]:
     """``tensor_parallel_size`` inside the speculative config is a hard error in vLLM."""
     s = inp.spec.engines.vllm
     if s is not None and "tensor_parallel_size" in s.speculative_extra:
@@ -209,7 +209,7 @@ def vllm_spec_tp(inp: LintInput) -> Iterator[Finding]:
         )
 
 
-def vllm_spec_extra(inp: LintInput) -> Iterator[Finding]:
+def _vllm_spec_extra(inp: LintInput) -> Iterator[Finding]:
     """Extra speculative-config keys must exist and must not shadow the ones specbundle sets."""
     s = inp.spec.engines.vllm
     owned = {
@@ -242,7 +242,7 @@ def vllm_spec_extra(inp: LintInput) -> Iterator[Finding]:
             )
 
 
-def heterogeneous_vocab(inp: LintInput) -> Iterator[Finding]:
+def _heterogeneous_vocab(inp: LintInput) -> Iterator[Finding]:
     """Cross-vocabulary drafting restricts drafts to the shared tokens: acceptance suffers."""
     s = inp.spec.engines.vllm
     if s is None or not s.speculative_extra.get("use_heterogeneous_vocab"):
@@ -269,7 +269,7 @@ def heterogeneous_vocab(inp: LintInput) -> Iterator[Finding]:
         )
 
 
-def vllm_mtp_k(inp: LintInput) -> Iterator[Finding]:
+def _vllm_mtp_k(inp: LintInput) -> Iterator[Finding]:
     """MTP with K > 1 reruns the same MTP layer and lowers acceptance."""
     sp = inp.spec.speculative
     if V in inp.commands and sp.method == SpecMethod.MTP and sp.num_speculative_tokens > 1:
@@ -284,7 +284,7 @@ def vllm_mtp_k(inp: LintInput) -> Iterator[Finding]:
         )
 
 
-def vllm_async(inp: LintInput) -> Iterator[Finding]:
+def _vllm_async(inp: LintInput) -> Iterator[Finding]:
     """Explicit async scheduling fails with CPU n-gram and medusa speculation."""
     bad = {SpecMethod.NGRAM, SpecMethod.MEDUSA}
     if "--async-scheduling" in inp.argv(V) and inp.spec.speculative.method in bad:
@@ -299,7 +299,7 @@ def vllm_async(inp: LintInput) -> Iterator[Finding]:
         )
 
 
-def vllm_method_removed(inp: LintInput) -> Iterator[Finding]:
+def _vllm_method_removed(inp: LintInput) -> Iterator[Finding]:
     """vLLM 0.33 removed the medusa and mlp_speculator methods (0.32, the pinned one, has them);
     with an image of 0.33 or later ``vllm-image-version`` reports the refusal instead."""
     if V in inp.commands and inp.spec.speculative.method == SpecMethod.MEDUSA \
@@ -328,7 +328,7 @@ def _sg_tree(inp: LintInput) -> dict[str, int]:
     return out
 
 
-def sglang_partial_tree(inp: LintInput) -> Iterator[Finding]:
+def _sglang_partial_tree(inp: LintInput) -> Iterator[Finding]:
     """Steps/topk/draft-tokens go together or not at all (auto-tuning may pick topk > 1)."""
     s = inp.spec.engines.sglang
     if s is None:
@@ -361,7 +361,7 @@ def sglang_partial_tree(inp: LintInput) -> Iterator[Finding]:
         )
 
 
-def sglang_adaptive(inp: LintInput) -> Iterator[Finding]:
+def _sglang_adaptive(inp: LintInput) -> Iterator[Finding]:
     """Adaptive mode silently falls back to static params outside EAGLE/EAGLE3/NEXTN + topk 1."""
     s = inp.spec.engines.sglang
     if s is None or not s.speculative_adaptive:
@@ -384,7 +384,7 @@ def sglang_adaptive(inp: LintInput) -> Iterator[Finding]:
         )
 
 
-def sglang_dp_attention(inp: LintInput) -> Iterator[Finding]:
+def _sglang_dp_attention(inp: LintInput) -> Iterator[Finding]:
     """NGRAM and STANDALONE reject DP attention (DFLASH takes it on CUDA with
     ``--enable-dp-lm-head``, which render adds)."""
     s = inp.spec.engines.sglang
@@ -400,7 +400,7 @@ def sglang_dp_attention(inp: LintInput) -> Iterator[Finding]:
         )
 
 
-def sglang_max_running(inp: LintInput) -> Iterator[Finding]:
+def _sglang_max_running(inp: LintInput) -> Iterator[Finding]:
     """SGLang resets max_running_requests to 48 under speculation unless it is explicit."""
     s = inp.spec.engines.sglang
     if s is not None and s.max_running_requests is None:
@@ -416,7 +416,7 @@ def sglang_max_running(inp: LintInput) -> Iterator[Finding]:
         )
 
 
-def sglang_method(inp: LintInput) -> Iterator[Finding]:
+def _sglang_method(inp: LintInput) -> Iterator[Finding]:
     """SGLang has no MEDUSA algorithm."""
     if inp.spec.engines.sglang is not None and inp.spec.speculative.method not in ALGORITHMS:
         yield finding(
@@ -429,7 +429,7 @@ def sglang_method(inp: LintInput) -> Iterator[Finding]:
         )
 
 
-def eagle_with_eagle3(inp: LintInput) -> Iterator[Finding]:
+def _eagle_with_eagle3(inp: LintInput) -> Iterator[Finding]:
     """EAGLE given an EAGLE-3 draft runs with acceptance length exactly 1.0 (SGLang #21272)."""
     archs = (inp.draft_config or {}).get("architectures") or []
     if inp.spec.speculative.method != SpecMethod.EAGLE:
@@ -448,26 +448,26 @@ def eagle_with_eagle3(inp: LintInput) -> Iterator[Finding]:
 
 
 ENGINE_RULES: dict[str, Rule] = {
-    "schedule-k-exceeds-max": schedule_k_exceeds,
-    "schedule-ranges": schedule_ranges,
-    "schedule-data-parallel": schedule_data_parallel,
-    "schedule-untested-method": schedule_method,
-    "schedule-engine-unsupported": schedule_engine,
-    "pipeline-parallel-speculation": pipeline_parallel,
-    "sglang-dflash-pipeline-parallel": sglang_dflash_pp,
-    "gpu-count": gpu_count,
-    "vllm-speculative-tensor-parallel": vllm_spec_tp,
-    "vllm-speculative-extra": vllm_spec_extra,
-    "heterogeneous-vocab": heterogeneous_vocab,
-    "vllm-mtp-k": vllm_mtp_k,
-    "vllm-async-scheduling": vllm_async,
-    "vllm-method-removed": vllm_method_removed,
-    "sglang-partial-tree": sglang_partial_tree,
-    "sglang-adaptive-unsupported": sglang_adaptive,
-    "sglang-dp-attention": sglang_dp_attention,
-    "sglang-max-running-requests": sglang_max_running,
-    "sglang-method-unsupported": sglang_method,
-    "eagle-given-eagle3-draft": eagle_with_eagle3,
+    "schedule-k-exceeds-max": _schedule_k_exceeds,
+    "schedule-ranges": _schedule_ranges,
+    "schedule-data-parallel": _schedule_data_parallel,
+    "schedule-untested-method": _schedule_method,
+    "schedule-engine-unsupported": _schedule_engine,
+    "pipeline-parallel-speculation": _pipeline_parallel,
+    "sglang-dflash-pipeline-parallel": _sglang_dflash_pp,
+    "gpu-count": _gpu_count,
+    "vllm-speculative-tensor-parallel": _vllm_spec_tp,
+    "vllm-speculative-extra": _vllm_spec_extra,
+    "heterogeneous-vocab": _heterogeneous_vocab,
+    "vllm-mtp-k": _vllm_mtp_k,
+    "vllm-async-scheduling": _vllm_async,
+    "vllm-method-removed": _vllm_method_removed,
+    "sglang-partial-tree": _sglang_partial_tree,
+    "sglang-adaptive-unsupported": _sglang_adaptive,
+    "sglang-dp-attention": _sglang_dp_attention,
+    "sglang-max-running-requests": _sglang_max_running,
+    "sglang-method-unsupported": _sglang_method,
+    "eagle-given-eagle3-draft": _eagle_with_eagle3,
     **SGLANG_RULES,
     **IMAGE_RULES,
 }

@@ -55,7 +55,7 @@ def flag_value(argv: tuple[str, ...], *names: str) -> str | None:
 
 
 # -- llama.cpp --------------------------------------------------------------------------------
-def llamacpp_draft_without_type(inp: LintInput) -> Iterator[Finding]:
+def _llamacpp_draft_without_type(inp: LintInput) -> Iterator[Finding]:
     """A draft without ``--spec-type`` (default none) is loaded and never used (#25345)."""
     argv = inp.argv(L)
     spec_type = flag_value(argv, "--spec-type")
@@ -66,7 +66,7 @@ def llamacpp_draft_without_type(inp: LintInput) -> Iterator[Finding]:
                       "set engines.llamacpp.spec_type (e.g. draft-simple)", L)
 
 
-def llamacpp_spec_type(inp: LintInput) -> Iterator[Finding]:
+def _llamacpp_spec_type(inp: LintInput) -> Iterator[Finding]:
     """The ``--spec-type`` must run the spec's method, with a draft where it needs one."""
     argv = inp.argv(L)
     if L not in inp.commands and inp.spec.engines.llamacpp is None:
@@ -99,7 +99,7 @@ def llamacpp_spec_type(inp: LintInput) -> Iterator[Finding]:
                       "length render pins to K", L)
 
 
-def llamacpp_p_min(inp: LintInput) -> Iterator[Finding]:
+def _llamacpp_p_min(inp: LintInput) -> Iterator[Finding]:
     """p_min 0.0 never stops drafting early: a wide window is always filled (#25908)."""
     argv = inp.argv(L)
     p_min = flag_value(argv, "--spec-draft-p-min", "--draft-p-min")
@@ -111,7 +111,7 @@ def llamacpp_p_min(inp: LintInput) -> Iterator[Finding]:
                       "set draft_p_min to about 0.75, or lower draft_n_max", L)
 
 
-def llamacpp_slot_context(inp: LintInput) -> Iterator[Finding]:
+def _llamacpp_slot_context(inp: LintInput) -> Iterator[Finding]:
     """Each slot must hold a whole request: llama.cpp splits --ctx-size over --parallel."""
     argv = inp.argv(L)
     c, n = flag_value(argv, "--ctx-size", "-c"), flag_value(argv, "--parallel", "-np")
@@ -140,7 +140,7 @@ def llamacpp_slot_context(inp: LintInput) -> Iterator[Finding]:
                       f"set ctx_size to at least {p95 * need}", L)
 
 
-def llamacpp_removed(inp: LintInput) -> Iterator[Finding]:
+def _llamacpp_removed(inp: LintInput) -> Iterator[Finding]:
     """Removed ``--draft-*`` flags are fatal at startup."""
     for a in inp.argv(L):
         name = a.split("=", 1)[0]
@@ -151,7 +151,7 @@ def llamacpp_removed(inp: LintInput) -> Iterator[Finding]:
 
 
 # -- every engine -----------------------------------------------------------------------------
-def method_word_paths(inp: LintInput) -> Iterator[Finding]:
+def _method_word_paths(inp: LintInput) -> Iterator[Finding]:
     """vLLM rewrites the method when the draft path contains a method word (#47486)."""
     for eng, cmd in inp.commands.items():
         for role, path in (("target", cmd.target_path), ("draft", cmd.draft_path)):
@@ -180,7 +180,7 @@ def _strings(value: object) -> Iterator[str]:
             yield from _strings(v)
 
 
-def hub_reference(inp: LintInput) -> Iterator[Finding]:
+def _hub_reference(inp: LintInput) -> Iterator[Finding]:
     """No hub id, download flag or network URL may reach a manifest of the isolated side."""
     for eng, cmd in inp.commands.items():
         for i, a in enumerate(cmd.argv):
@@ -211,7 +211,7 @@ def hub_reference(inp: LintInput) -> Iterator[Finding]:
                               f"{value!r} is a network URL.", "remove it", eng)
 
 
-def image_pinned(inp: LintInput) -> Iterator[Finding]:
+def _image_pinned(inp: LintInput) -> Iterator[Finding]:
     """Container targets deploy an image by digest, so every node runs the same bytes."""
     if inp.container_target is False:
         return
@@ -227,7 +227,7 @@ def image_pinned(inp: LintInput) -> Iterator[Finding]:
                           "the isolated side) or put image@sha256:... in the spec", eng)
 
 
-def unknown_flags(inp: LintInput) -> Iterator[Finding]:
+def _unknown_flags(inp: LintInput) -> Iterator[Finding]:
     """Extra flags outside the vLLM/SGLang argument tables are probably typos.
 
     vLLM's table is dumped from the pinned release itself, so an unknown vLLM flag is a
@@ -265,7 +265,7 @@ def _choice_misses(extra: tuple[str, ...], table: dict[str, ArgRule]
             yield name, value, rule.choices
 
 
-def vllm_flag_choices(inp: LintInput) -> Iterator[Finding]:
+def _vllm_flag_choices(inp: LintInput) -> Iterator[Finding]:
     """A vLLM extra flag with fixed choices must be given one of them (argparse refuses)."""
     settings = inp.spec.engines.vllm
     extra = tuple(settings.extra_args) if settings is not None else ()
@@ -276,7 +276,7 @@ def vllm_flag_choices(inp: LintInput) -> Iterator[Finding]:
                       f"use one of {', '.join(choices)}", V)
 
 
-def sglang_flag_choices(inp: LintInput) -> Iterator[Finding]:
+def _sglang_flag_choices(inp: LintInput) -> Iterator[Finding]:
     """An SGLang extra flag with argparse choices must be given one of them."""
     settings = inp.spec.engines.sglang
     extra = tuple(settings.extra_args) if settings is not None else ()
@@ -287,7 +287,7 @@ def sglang_flag_choices(inp: LintInput) -> Iterator[Finding]:
                       "starts.", f"use one of {', '.join(choices[:12])}", S)
 
 
-def extra_args_override(inp: LintInput) -> Iterator[Finding]:
+def _extra_args_override(inp: LintInput) -> Iterator[Finding]:
     """An extra flag that repeats a rendered one silently replaces the linted value."""
     for eng, cmd in inp.commands.items():
         settings = getattr(inp.spec.engines, eng.value)
@@ -307,7 +307,7 @@ def extra_args_override(inp: LintInput) -> Iterator[Finding]:
                               eng)
 
 
-def model_files(inp: LintInput) -> Iterator[Finding]:
+def _model_files(inp: LintInput) -> Iterator[Finding]:
     """What each engine loads must be in the pulled file set, or it fails at startup."""
     if not inp.artifact_files:
         return
@@ -334,7 +334,7 @@ def model_files(inp: LintInput) -> Iterator[Finding]:
                               "pull again", eng)
 
 
-def metrics_off(inp: LintInput) -> Iterator[Finding]:
+def _metrics_off(inp: LintInput) -> Iterator[Finding]:
     """The benchmark and operators read acceptance from logs and /metrics."""
     if "--disable-log-stats" in inp.argv(V):
         yield finding("metrics-disabled", "warning", "engines.vllm.extra_args",
@@ -343,18 +343,18 @@ def metrics_off(inp: LintInput) -> Iterator[Finding]:
 
 
 COMMAND_RULES: dict[str, Rule] = {
-    "llamacpp-draft-without-spec-type": llamacpp_draft_without_type,
-    "llamacpp-spec-type-method": llamacpp_spec_type,
-    "llamacpp-p-min-zero": llamacpp_p_min,
-    "llamacpp-removed-flag": llamacpp_removed,
-    "llamacpp-slot-context": llamacpp_slot_context,
-    "model-path-method-word": method_word_paths,
-    "hub-reference": hub_reference,
-    "image-unpinned": image_pinned,
-    "unknown-engine-flag": unknown_flags,
-    "vllm-flag-choice": vllm_flag_choices,
-    "sglang-flag-choice": sglang_flag_choices,
-    "extra-args-override": extra_args_override,
-    "model-files-missing": model_files,
-    "metrics-disabled": metrics_off,
+    "llamacpp-draft-without-spec-type": _llamacpp_draft_without_type,
+    "llamacpp-spec-type-method": _llamacpp_spec_type,
+    "llamacpp-p-min-zero": _llamacpp_p_min,
+    "llamacpp-removed-flag": _llamacpp_removed,
+    "llamacpp-slot-context": _llamacpp_slot_context,
+    "model-path-method-word": _method_word_paths,
+    "hub-reference": _hub_reference,
+    "image-unpinned": _image_pinned,
+    "unknown-engine-flag": _unknown_flags,
+    "vllm-flag-choice": _vllm_flag_choices,
+    "sglang-flag-choice": _sglang_flag_choices,
+    "extra-args-override": _extra_args_override,
+    "model-files-missing": _model_files,
+    "metrics-disabled": _metrics_off,
 }

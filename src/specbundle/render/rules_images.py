@@ -23,7 +23,7 @@ __all__ = ["IMAGE_RULES", "vllm_removed_in_image"]
 V, L = EngineName.VLLM, EngineName.LLAMACPP
 
 
-def image_cpu_build(inp: LintInput) -> Iterator[Finding]:
+def _image_cpu_build(inp: LintInput) -> Iterator[Finding]:
     """A CPU-only image on a GPU deployment serves, benchmarks and admits on the CPU."""
     if inp.container_target is False or inp.spec.deployment.gpus < 1:
         return
@@ -53,7 +53,7 @@ def vllm_removed_in_image(inp: LintInput) -> tuple[str | None, frozenset[str], f
     return version, methods, keys
 
 
-def vllm_image_release(inp: LintInput) -> Iterator[Finding]:
+def _vllm_image_release(inp: LintInput) -> Iterator[Finding]:
     """The image's vLLM release must still have the method and every speculative key."""
     cmd = inp.commands.get(V)
     if cmd is None:
@@ -80,7 +80,7 @@ def vllm_image_release(inp: LintInput) -> Iterator[Finding]:
                       "remove the key, or use an image of the release that has it", V)
 
 
-def llamacpp_image_release(inp: LintInput) -> Iterator[Finding]:
+def _llamacpp_image_release(inp: LintInput) -> Iterator[Finding]:
     """The flags are checked against llama.cpp b11434; another build may not have them."""
     cmd = inp.commands.get(L)
     if cmd is None:
@@ -97,7 +97,7 @@ def llamacpp_image_release(inp: LintInput) -> Iterator[Finding]:
 
 
 IMAGE_RULES: dict[str, Rule] = {
-    "image-cpu-build": image_cpu_build,
-    "vllm-image-version": vllm_image_release,
-    "llamacpp-image-version": llamacpp_image_release,
+    "image-cpu-build": _image_cpu_build,
+    "vllm-image-version": _vllm_image_release,
+    "llamacpp-image-version": _llamacpp_image_release,
 }

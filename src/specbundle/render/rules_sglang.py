@@ -44,7 +44,7 @@ def ngram_tree(argv: tuple[str, ...]) -> tuple[int, int, int]:
     return (steps if steps is not None else tokens // topk, topk, tokens)
 
 
-def image_features(inp: LintInput) -> Iterator[Finding]:
+def _image_features(inp: LintInput) -> Iterator[Finding]:
     """The image's SGLang release must have every feature the command renders or the bench reads."""
     s = inp.spec.engines.sglang
     if s is None or S not in inp.commands:
@@ -81,7 +81,7 @@ def image_features(inp: LintInput) -> Iterator[Finding]:
                       "use lmsysorg/sglang:v0.5.23 or newer", S)
 
 
-def ngram_forced_tree(inp: LintInput) -> Iterator[Finding]:
+def _ngram_forced_tree(inp: LintInput) -> Iterator[Finding]:
     """NGRAM ignores the spec's K: topk = BFS breadth, 12 draft tokens, steps = tokens // topk."""
     if inp.spec.speculative.method != SpecMethod.NGRAM or S not in inp.commands:
         return
@@ -99,7 +99,7 @@ def ngram_forced_tree(inp: LintInput) -> Iterator[Finding]:
                   "extra_args to size the tree, or accept these values", S)
 
 
-def adaptive_disabled(inp: LintInput) -> Iterator[Finding]:
+def _adaptive_disabled(inp: LintInput) -> Iterator[Finding]:
     """0.5.23 silently drops ``--speculative-adaptive`` with attention DP, multi-layer EAGLE,
     two-batch overlap or PD multiplexing; render then pins the spec's chain, since SGLang
     would otherwise auto-choose a tree (topk 4 for Llama) and the benchmark measure that."""
@@ -118,7 +118,7 @@ def adaptive_disabled(inp: LintInput) -> Iterator[Finding]:
                       "turn that option off, or speculative_adaptive off", S)
 
 
-def adaptive_steps(inp: LintInput) -> Iterator[Finding]:
+def _adaptive_steps(inp: LintInput) -> Iterator[Finding]:
     """With adaptive in force SGLang picks steps among the config's candidate_steps; an
     explicit ``--speculative-num-steps`` outside them is refused at startup."""
     s = inp.spec.engines.sglang
@@ -149,7 +149,7 @@ def adaptive_steps(inp: LintInput) -> Iterator[Finding]:
                       f"pin speculative_num_steps to one of {cands} to choose the start", S)
 
 
-def dflash_width(inp: LintInput) -> Iterator[Finding]:
+def _dflash_width(inp: LintInput) -> Iterator[Finding]:
     """DFLASH verifies ``--speculative-num-draft-tokens`` positions; a draft trained for
     another block size still loads (SGLang only logs a mismatch) and accepts less."""
     if S not in inp.commands or inp.spec.speculative.method != SpecMethod.DFLASH:
@@ -169,7 +169,7 @@ def dflash_width(inp: LintInput) -> Iterator[Finding]:
                       f"set speculative.num_speculative_tokens to {block - 1}", S)
 
 
-def removed_flags(inp: LintInput) -> Iterator[Finding]:
+def _removed_flags(inp: LintInput) -> Iterator[Finding]:
     """Flags SGLang 0.5.23 does not have: argparse refuses them and the server never starts;
     deprecated ones still start but are due for removal."""
     s = inp.spec.engines.sglang
@@ -189,10 +189,10 @@ def removed_flags(inp: LintInput) -> Iterator[Finding]:
 
 
 SGLANG_RULES: dict[str, Rule] = {
-    "sglang-image-version": image_features,
-    "sglang-ngram-forced-tree": ngram_forced_tree,
-    "sglang-adaptive-disabled": adaptive_disabled,
-    "sglang-adaptive-steps": adaptive_steps,
-    "sglang-dflash-width": dflash_width,
-    "sglang-removed-flag": removed_flags,
+    "sglang-image-version": _image_features,
+    "sglang-ngram-forced-tree": _ngram_forced_tree,
+    "sglang-adaptive-disabled": _adaptive_disabled,
+    "sglang-adaptive-steps": _adaptive_steps,
+    "sglang-dflash-width": _dflash_width,
+    "sglang-removed-flag": _removed_flags,
 }

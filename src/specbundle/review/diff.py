@@ -130,8 +130,8 @@ def _direction(path: str, before: str | None, after: str | None) -> str:
     if not path.startswith("admission.") or before is None or after is None:
         return ""
     try:
-        b, a = json.loads(before), json.loads(after)
-    except ValueError:
+        b, a = loads_json(before), loads_json(after)
+    except (ValueError, MalformedDocument):
         return ""
     if isinstance(b, bool) or isinstance(a, bool):
         return "loosens the gate" if b and not a else "tightens the gate"

@@ -28,7 +28,7 @@ from specbundle.strict import MalformedDocument, loads_json, read_bounded
 from specbundle.transfer import read_index
 from specbundle.verify.policy import TrustPolicy
 
-__all__ = ["COVERS", "Side", "SignatureClaim", "load_side"]
+__all__ = ["COVERS", "Side", "SignatureClaim", "load_side", "read_limited"]
 
 #: Largest object read to compare its content (tokenizer_config.json with a chat template).
 MAX_COMPARED_BYTES = 4 * 1024 * 1024

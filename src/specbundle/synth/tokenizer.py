@@ -49,7 +49,7 @@ _SPLIT = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0
 
 
 @cache
-def bytes_to_unicode() -> dict[int, str]:
+def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character table (what ByteLevel uses)."""
     keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
             *range(ord("®"), ord("ÿ") + 1)]
@@ -149,7 +149,7 @@ def _train_merges(n_new: int) -> list[tuple[str, str]]:
     Ties break on the pair text so the output is stable. Two merges may spell the same token
     ("ab"+"c", "a"+"bc"); both stay in the merge list, the token is counted once.
     """
-    table = bytes_to_unicode()
+    table = _bytes_to_unicode()
     words = Counter("".join(table[b] for b in w.encode()) for w in _SPLIT.findall(_CORPUS))
     split = {w: list(w) for w in words}
     merges: list[tuple[str, str]] = []
@@ -185,7 +185,7 @@ def build_tokenizer(vocab_size: int = 512) -> SynthTokenizer:
     if n_new < 0:
         raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)}")
     merges = _train_merges(n_new)
-    tokens = [*bytes_to_unicode().values(), *dict.fromkeys(a + b for a, b in merges)]
+    tokens = [*_bytes_to_unicode().values(), *dict.fromkeys(a + b for a, b in merges)]
     if len(tokens) < vocab_size - len(SPECIAL_TOKENS):
         raise ValueError(f"the built-in corpus yields only {len(tokens) - 256} merged tokens; "
                          f"vocab_size must be at most {len(tokens) + len(SPECIAL_TOKENS)}")

@@ -71,7 +71,8 @@ from specbundle.verify.revocations import (
 )
 
 __all__ = ["IMPORT_POINTS", "IMPORT_STATE", "CommitPoints", "ImportResult", "check_log_floor",
-           "commit_version", "import_bundle", "imported_log_seq", "read_index", "staging_lock"]
+           "commit_version", "discard_on_disk_error", "import_bundle", "imported_log_seq",
+           "read_index", "staging_lock"]
 
 IMPORT_STATE = "import/state.json"
 _STAGING_TIMEOUT_S = 3600.0

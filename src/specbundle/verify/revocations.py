@@ -182,13 +182,6 @@ def revoked_keys(mirror: Mirror, trusted_keys: Iterable[PublicKey],
                              policy).revoked
 
 
-def revocation_lines(check: RevocationCheck) -> list[str]:
-    """Human lines for a report: each trusted revocation, then each ignored event."""
-    return ([f"key {r.fingerprint} {r.detail} (signed by "
-             f"{', '.join(fp[:16] + '…' for fp in sorted(r.signers))}, event seq {r.seq})"
-             for r in check.revocations] + [i.why for i in check.ignored])
-
-
 def read_events_lenient(path: Path) -> list[dict[str, Any]]:
     """The log's entries that parse strictly, in file order (a tampered log is still shown)."""
     out: list[dict[str, Any]] = []

@@ -23,7 +23,7 @@ import struct
 from collections.abc import Iterator
 from typing import IO
 
-__all__ = ["BudgetExceeded", "fast_ops"]
+__all__ = ["BudgetExceeded", "decode_arg", "fast_ops"]
 
 _BY_CODE: dict[int, pickletools.OpcodeInfo] = {ord(op.code): op for op in pickletools.opcodes}
 _U1, _U2, _I4, _U4, _U8 = (struct.Struct(f) for f in ("<B", "<H", "<i", "<I", "<Q"))

@@ -70,7 +70,7 @@ class _State:
     problems: list[PickleProblem] = field(default_factory=list)
     pids: list[tuple[object, ...]] = field(default_factory=list)
     # (position, length) of every FRAME: where they end is checked against the opcodes after
-    # the walk (walker.frame_problems), as a reader that buffers whole frames reads them
+    # the walk (walker._frame_problems), as a reader that buffers whole frames reads them
     frames: list[tuple[int, int]] = field(default_factory=list)
     pos: int = 0
 

@@ -187,7 +187,7 @@ def walk_pickle(stream: IO[bytes], allowed: frozenset[str], *, max_bytes: int) -
               for pos in buf.c_only]
     if complete and st.frames and not _tiled(st.frames, end):
         stream.seek(origin)
-        reader += frame_problems(stream, end)
+        reader += _frame_problems(stream, end)
     stream.seek(origin + end)  # the decoder reads ahead; callers continue after the STOP
     return PickleWalk(tuple(st.globals), tuple(st.problems), tuple(st.pids), end, complete,
                       root, tuple(reader[:_MAX_PROBLEMS]))
@@ -197,7 +197,7 @@ def _tiled(frames: list[tuple[int, int]], end: int) -> bool:
     """Whether the frames the walk met lie back to back and the last ends right after STOP,
     as a pickler writes them when no large bytes go unframed: then every frame ends where the
     walk decoded the next FRAME (an opcode boundary), and the second pass
-    (:func:`frame_problems`, opcode by opcode at genops' speed) has nothing to find."""
+    (:func:`_frame_problems`, opcode by opcode at genops' speed) has nothing to find."""
     at = frames[0][0]
     for pos, size in frames:
         if pos != at:
@@ -206,7 +206,7 @@ def _tiled(frames: list[tuple[int, int]], end: int) -> bool:
     return at == end
 
 
-def frame_problems(stream: IO[bytes], end: int) -> tuple[PickleProblem, ...]:
+def _frame_problems(stream: IO[bytes], end: int) -> tuple[PickleProblem, ...]:
     """Frames that do not tile the opcodes as a pickler writes them, in a complete pickle of
     ``end`` bytes from the stream's position.
 

@@ -55,7 +55,7 @@ class _Budget(Exception):
     """The render ran past its deadline or output budget."""
 
 
-class GenerationTag(Extension):
+class _GenerationTag(Extension):
     """transformers' ``{% generation %}`` block (AssistantTracker), parsed as a plain block."""
 
     tags: ClassVar[set[str]] = {"generation"}  # type: ignore[misc]
@@ -118,7 +118,7 @@ class TrialEnvironment(ImmutableSandboxedEnvironment):
         # optimized=False: Jinja's constant folder revisits each expression's whole subtree at
         # every level (quadratic in nesting: 35 s per MB of nested calls), and runs filters at
         # compile time, outside the render's deadline; the render's result is the same.
-        super().__init__(extensions=["jinja2.ext.loopcontrols", GenerationTag],
+        super().__init__(extensions=["jinja2.ext.loopcontrols", _GenerationTag],
                          undefined=ChainableUndefined if every_branch else Undefined,
                          optimized=False)
         self.every_branch = every_branch
