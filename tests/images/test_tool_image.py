@@ -126,6 +126,16 @@ def _traced_packages(tmp: Path, argv: list[str]) -> tuple[set[Path], Path]:
     return tops, site
 
 
+def _spoil_weight(mirror: Path) -> None:
+    """Flip one bit of the largest stored object (a weight file)."""
+    objects = [p for p in (mirror / "objects").rglob("*") if p.is_file()]
+    victim = max(objects, key=lambda p: p.stat().st_size)
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0x01
+    victim.chmod(0o644)
+    victim.write_bytes(bytes(data))
+
+
 @pytest.fixture(scope="module")
 def tool_image(docker_client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory,
                ) -> Iterator[tuple[str, Path, Path]]:
@@ -133,9 +143,16 @@ def tool_image(docker_client: docker.DockerClient, tmp_path_factory: pytest.Temp
         pytest.skip("Debian's python3.11 is needed to lay out the image")
     tmp = tmp_path_factory.mktemp("tool-image")
     signed = make_signed(tmp)
-    argv = ["verify", "pair", "--mirror", str(signed.mirror.root), "--trust",
-            str(signed.policy_path), "--json"]
-    packages, site = _traced_packages(tmp, argv)
+    # both outcomes the tests exercise: a verify that passes and one that fails (a failure
+    # report loads more of the package, e.g. the approval table)
+    spoiled = make_signed(tmp_path_factory.mktemp("tool-image-spoiled"))
+    _spoil_weight(spoiled.mirror.root)
+    packages: set[Path] = set()
+    for s in (signed, spoiled):
+        argv = ["verify", "pair", "--mirror", str(s.mirror.root), "--trust",
+                str(s.policy_path), "--json"]
+        found, site = _traced_packages(tmp, argv)
+        packages |= found
     tag = f"specbundle-test/tool:{uuid.uuid4().hex[:10]}"
     repo, version = tag.rsplit(":", 1)
     docker_client.api.import_image_from_data(
@@ -177,13 +194,7 @@ def test_tool_image_verifies_a_bundle_offline(tool_image: tuple[str, Path, Path]
 def test_tool_image_refuses_a_tampered_weight(tool_image: tuple[str, Path, Path],
                                               docker_client: docker.DockerClient) -> None:
     image, mirror, policy = tool_image
-    weights = sorted((mirror / "objects").rglob("*"), key=lambda p: -p.stat().st_size
-                     if p.is_file() else 0)
-    victim = weights[0]
-    data = bytearray(victim.read_bytes())
-    data[-1] ^= 0x01
-    victim.chmod(0o644)
-    victim.write_bytes(bytes(data))
+    _spoil_weight(mirror)
     rc, out = _verify_in_container(docker_client, image, mirror, policy)
     assert rc == 3, out
 
