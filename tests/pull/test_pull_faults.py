@@ -252,7 +252,10 @@ def test_full_disk_during_pull_names_path_and_space_then_resumes(
 def test_a_failed_event_append_puts_the_previous_record_back(
     hub: LocalHub, tmp_path: Path, moving_repo: tuple[str, Path],
 ) -> None:
-    """Exit 6 means nothing changed: the record is rolled back when its event cannot be logged."""
+    """A pull whose event cannot be logged changes nothing: the record stays as it was.
+
+    The log replaced by a folder is a mirror of the wrong shape: refused as corrupt (exit 3)
+    before anything is written, as every irregular mirror file is."""
     repo, src = moving_repo
     spec = tmp_path / "b.yaml"
     spec.write_text(spec_text("rb", repo, repo))
@@ -266,9 +269,9 @@ def test_a_failed_event_append_puts_the_previous_record_back(
     new = publish_repo(hub.root, repo, src)
     log = m.events_path.read_bytes()
     m.events_path.unlink()
-    m.events_path.mkdir()  # the log cannot be opened for writing: a disk-level failure
+    m.events_path.mkdir()  # the log cannot be opened, read or appended
     failed = _run(args, hub.endpoint)
-    assert failed.returncode == 6, failed.stderr.decode()
+    assert failed.returncode == 3, failed.stderr.decode()
     assert str(m.events_path) in failed.stderr.decode()
     assert (m.bundle_dir("rb") / "bundle.json").read_bytes() == before
     assert (m.model_dir(repo) / "refs" / "main").read_text() == old
