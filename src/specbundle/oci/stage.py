@@ -43,13 +43,8 @@ from specbundle.mirror import Mirror, versions
 from specbundle.mirror.eventlog import read_chain
 from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.strict import MalformedDocument, loads_json
-from specbundle.transfer.importer import (
-    CommitPoints,
-    check_log_floor,
-    commit_version,
-    discard_on_disk_error,
-    staging_lock,
-)
+from specbundle.transfer.importer import CommitPoints, check_log_floor, commit_version
+from specbundle.transfer.staging import discard_on_disk_error, staging_lock
 from specbundle.verify import (
     HashedFile,
     TrustPolicy,

@@ -27,16 +27,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import filelock
-
 from specbundle import _faults
-from specbundle._fsutil import disk_error, fsync_dir, real_dir
+from specbundle._fsutil import fsync_dir, real_dir
 from specbundle.attest import (
     ATTESTATIONS_FILE,
     Envelope,
@@ -50,6 +47,7 @@ from specbundle.mirror.eventlog import read_chain
 from specbundle.strict import MalformedDocument, loads_json, read_bounded, read_mirror_file
 from specbundle.transfer.chunks import CHUNK_DIR, read_blocks, read_range
 from specbundle.transfer.index import INDEX_FILE, Part, TransferIndex
+from specbundle.transfer.staging import discard_on_disk_error, staging_lock
 from specbundle.verify import (
     BundleVerificationFailed,
     HashedFile,
@@ -71,11 +69,9 @@ from specbundle.verify.revocations import (
 )
 
 __all__ = ["IMPORT_POINTS", "IMPORT_STATE", "CommitPoints", "ImportResult", "check_log_floor",
-           "commit_version", "discard_on_disk_error", "import_bundle", "imported_log_seq",
-           "read_index", "staging_lock"]
+           "commit_version", "import_bundle", "imported_log_seq", "read_index"]
 
 IMPORT_STATE = "import/state.json"
-_STAGING_TIMEOUT_S = 3600.0
 _faults.register("import.staged", "import.objects-moved", "import.files-written", "import.logged",
                  "import.attestations-appended", "import.state-written")
 Progress = Callable[[int], None]
@@ -420,33 +416,6 @@ def import_bundle(
     with staging_lock(mirror):
         return _import_locked(src, mirror, policy, idx, index_bytes, digest, revocations,
                               index_revoked, progress)
-
-
-@contextmanager
-def discard_on_disk_error(staging: Mirror, need: int) -> Iterator[None]:
-    """A write into the staging area that the disk refuses removes the whole staging (its
-    space is what the rerun needs) and names the path and the bytes needed (exit 6)."""
-    try:
-        yield
-    except OSError as err:
-        shutil.rmtree(staging.root, ignore_errors=True)
-        where = Path(err.filename) if isinstance(err.filename, str) else staging.root
-        raise disk_error(err, where, need=need, what="staging into") from err
-
-
-@contextmanager
-def staging_lock(mirror: Mirror) -> Iterator[None]:
-    """Held while staging into ``mirror``'s ``tmp/``: one importer (transfer set or OCI pull)
-    at a time; the mirror lock is taken inside it only to commit."""
-    lock = filelock.FileLock(str(mirror.root / ".import.lock"))
-    try:
-        lock.acquire(timeout=_STAGING_TIMEOUT_S)
-    except filelock.Timeout as err:
-        raise MirrorError(f"another import holds {mirror.tmp_dir}") from err
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def _import_locked(src: Path, mirror: Mirror, policy: TrustPolicy, idx: TransferIndex,
