@@ -25,6 +25,7 @@ from specbundle.errors import CorruptMirror, MirrorError, VerificationError
 from specbundle.mirror import trees
 from specbundle.mirror.lease import live_leases
 from specbundle.record import BundleRecord, FileEntry
+from specbundle.strict import MalformedDocument, read_mirror_file
 
 if TYPE_CHECKING:
     from specbundle.mirror.store import Mirror
@@ -89,6 +90,7 @@ def _remove(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
+_MAX_REF_BYTES = 256  # a ref holds one commit id
 _PULL_LEFTOVERS = ("partial", ".rollback-", ".trash.")
 _STAGING = ("import-", "oci-")  # transfer-set imports and OCI pulls (specbundle.transfer)
 
@@ -217,12 +219,23 @@ def _gc_trees(mirror: Mirror, sels: dict[tuple[str, str], list[tuple[FileEntry, 
         for blob in sorted((mdir / "blobs").glob("*")):
             if blob.name not in live:
                 blob.unlink()
-        for ref in sorted(p for p in (mdir / "refs").rglob("*") if p.is_file()):
-            if ref.read_text(errors="replace").strip() not in commits:
+        for ref in sorted(p for p in (mdir / "refs").rglob("*")
+                          if p.is_symlink() or not p.is_dir()):
+            if _ref_target(ref) not in commits:
                 ref.unlink()
         if not commits:
             shutil.rmtree(mdir, ignore_errors=True)
     return removed
+
+
+def _ref_target(ref: Path) -> str | None:
+    """The commit a ref names, or None for anything no writer made (a link, a FIFO, a device,
+    an oversized file): gc drops those with the refs to collected commits, never reading
+    through them."""
+    try:
+        return read_mirror_file(ref, max_bytes=_MAX_REF_BYTES).decode("ascii").strip()
+    except (MalformedDocument, UnicodeDecodeError, OSError):
+        return None
 
 
 def _gc_journals(mirror: Mirror, sels: dict[tuple[str, str], list[tuple[FileEntry, ...]]]) -> None:
