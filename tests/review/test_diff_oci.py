@@ -20,6 +20,7 @@ from tests.review.builders import Versions
 from tests.sign.helpers import policy_doc, write_policy
 
 SCHEMA = Path(__file__).parents[2] / "manifests" / "schemas" / "bundle-diff.schema.json"
+VERIFICATION_SCHEMA = SCHEMA.with_name("verification-report.schema.json")
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +50,11 @@ def gap(tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str]) 
                                str(v.mirror.root), "--plain-http")
         assert code == 0, err
     iso = tmp_path / "isolated"
-    code, _, err = run_cli(capsys, "oci", "pull", f"{repo}:v1", "--mirror", str(iso),
-                           "--trust", str(v.policy_path), "--plain-http")
+    code, out, err = run_cli(capsys, "oci", "pull", f"{repo}:v1", "--mirror", str(iso),
+                             "--trust", str(v.policy_path), "--plain-http", "--json")
     assert code == 0, err
+    report = json.loads(out)["verification"]  # the verify --json document, as pull embeds it
+    jsonschema.validate(report, json.loads(VERIFICATION_SCHEMA.read_text()))
     return Gap(v, Mirror.open(iso), repo)
 
 
