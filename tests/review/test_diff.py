@@ -8,11 +8,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from specbundle import attest
 from specbundle.digest import sha256_bytes
 from specbundle.image_record import ImageRecord
 from specbundle.review import DiffReport, diff_bundle, diff_schema
 from specbundle.review.diff import _spec_changes
 from specbundle.scan.findings import Severity
+from specbundle.sign import sign_bundle
 from specbundle.transfer import export_bundle
 from specbundle.verify import load_policy
 from tests.clihelp import run_cli
@@ -73,6 +75,39 @@ def test_new_file_and_changed_template(v: Versions) -> None:
     assert new.kind == "added" and new.runtime and "tokenizer" in new.note  # type: ignore[attr-defined]
     tpl = paths["target:tokenizer_config.json"]
     assert tpl.note == "chat template changed" and tpl.runtime  # type: ignore[attr-defined]
+
+
+def test_removed_file_and_a_second_signature(v: Versions) -> None:
+    (v.target / "added_tokens.json").write_text('{"<x>": 64}')
+    v.sign()
+    (v.target / "added_tokens.json").unlink()
+    v.sign()
+    gone = _by_path(diff_bundle(v.mirror, "pair"))["target:added_tokens.json"]
+    assert gone.kind == "removed" and gone.after is None and gone.runtime  # type: ignore[attr-defined]
+    assert gone.before.endswith("…") and " B sha256:" in gone.before  # type: ignore[attr-defined]
+    # the same content signed again, by a second key as well: listed, not a behaviour change
+    second = attest.generate_key("ecdsa-p256")
+    sign_bundle(v.mirror, "pair", [v.key, second])
+    rep = diff_bundle(v.mirror, "pair")
+    added = [c for c in rep.changes if c.area == "signature" and c.kind == "added"]
+    assert any(c.path == "manifest" and c.after == second.fingerprint[:16] for c in added)
+    assert not rep.behaviour_changed
+    assert {c.area for c in rep.changes} == {"signature"}
+
+
+@pytest.mark.parametrize(("path", "runtime", "gate"), [
+    ("speculative.method", True, False),
+    ("speculative.schedule", True, False),
+    ("engines.llamacpp.ctx_size", True, False),
+    ("deployment.p95_concurrency", True, True),
+    ("bench.rounds", False, True),
+    ("metadata.description", False, False),
+    ("target.revision", False, False),
+    ("unknown_section.field", True, False),
+])
+def test_spec_fields_are_marked(path: str, runtime: bool, gate: bool) -> None:
+    (c,) = _spec_changes(_nested(path, '"a"'), _nested(path, '"b"'))
+    assert (c.runtime, c.gate) == (runtime, gate)
 
 
 def test_scan_and_compat_findings_and_image_records(tmp_path: Path) -> None:
