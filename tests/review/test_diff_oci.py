@@ -139,3 +139,20 @@ def test_untrusted_or_unverified_registry_bundle_is_never_compared(
         assert list(empty.tmp_dir.iterdir()) == []
     finally:
         blob.write_bytes(good)  # the registry's blobs are shared by this module's tests
+
+
+def test_review_page_of_a_registry_version(gap: Gap, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The operator's page before ``oci pull``: the registry's v2 against the mirror's v1."""
+    out = tmp_path / "review.html"
+    code, text, err = run_cli(capsys, "review", "pair", "--version", f"oci://{gap.repo}:v2",
+                              "--mirror", str(gap.iso.root), "--plain-http", "--trust",
+                              str(gap.v.policy_path), "--html", str(out), "--json")
+    assert code == 0, err
+    doc = json.loads(text)
+    assert doc["version"] == 2 and doc["against"] == "pair v1"
+    changes = {d["topic"]: d for d in doc["decisions"]}["changes"]
+    assert changes["tone"] == "attention" and "1 alter what runs" in changes["text"]
+    html = out.read_text()
+    assert f"pair v2 at {gap.repo}:v2" in html and "num_speculative_tokens" in html
+    assert list(gap.iso.tmp_dir.glob("look-*")) == []

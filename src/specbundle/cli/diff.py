@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -11,9 +9,8 @@ from rich.text import Text
 
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, esc, print_json, print_table
-from specbundle.cli.oci import open_registry, registry_options
+from specbundle.cli.oci import registry_options, store_opener
 from specbundle.errors import BehaviourChanged
-from specbundle.oci import Backend
 from specbundle.review import Change, DiffReport, diff_bundle
 from specbundle.review.diff import SideSummary
 from specbundle.verify import load_policy
@@ -75,17 +72,8 @@ def command(bundle: str, old: str | None, new: str | None, trust: Path | None, f
     engines serve or how they speculate) and GATE (what admission or approval judges).
     """
     policy = load_policy(trust) if trust is not None else None
-
-    @contextmanager
-    def open_store(text: str) -> Iterator[tuple[Backend, str]]:
-        store, _, reference = open_registry(text, plain_http, ca_bundle, auth_file)
-        try:
-            yield store, reference
-        finally:
-            store.close()
-
     rep = diff_bundle(open_mirror(mirror_dir), bundle, old, new, policy=policy,
-                      open_store=open_store)
+                      open_store=store_opener(plain_http, ca_bundle, auth_file))
     if as_json:
         print_json(rep.to_json())
     else:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +19,7 @@ from specbundle.errors import UsageError
 from specbundle.mirror import Mirror
 from specbundle.oci import (
     DEFAULT_CHUNK,
+    Backend,
     LayoutBackend,
     OciPullResult,
     PushResult,
@@ -36,11 +38,12 @@ from specbundle.render import RenderResult
 from specbundle.render.interface import RenderMeta
 from specbundle.render.paths import ensure_aliases
 from specbundle.render.targets import KubernetesOciTarget, OciModelSource
+from specbundle.review.sides import StoreOpener
 from specbundle.transfer import parse_size
 from specbundle.verify import load_policy
 
 __all__ = ["attach", "command", "export", "import_", "open_registry", "pull", "push",
-           "registry_options", "render_from_registry"]
+           "registry_options", "render_from_registry", "store_opener"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,6 +72,19 @@ def open_registry(text: str, plain_http: bool, ca_bundle: Path | None, auth_file
                            credentials=find_credentials(ref.registry, auth_file),
                            chunk_size=chunk, state_dir=mirror_tmp, mount_from=mount_from)
     return RegistryBackend(ref, opts), ref.tag, ref.reference
+
+
+def store_opener(plain_http: bool, ca_bundle: Path | None, auth_file: Path | None
+                 ) -> StoreOpener:
+    """How ``diff`` and ``review`` reach an ``oci://`` operand (closed when they are done)."""
+    @contextmanager
+    def open_store(text: str) -> Iterator[tuple[Backend, str]]:
+        store, _, reference = open_registry(text, plain_http, ca_bundle, auth_file)
+        try:
+            yield store, reference
+        finally:
+            store.close()
+    return open_store
 
 
 def _print_push(res: PushResult, as_json: bool) -> None:
