@@ -10,6 +10,7 @@ the venv.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,7 @@ CASES: dict[str, tuple[dict[str, Any], bool]] = {
                            "deployment.gpus": 2}, True),
     "ngram": ({**_NO_DRAFT, "speculative.method": "ngram"}, True),
     "dflash": ({"speculative.method": "dflash"}, True),
+    "dspark": ({"speculative.method": "dspark", "speculative.num_speculative_tokens": 3}, True),
     "dflash-dp": ({"speculative.method": "dflash", "engines.sglang.enable_dp_attention": True,
                    "engines.sglang.dp_size": 2, "engines.sglang.tp_size": 2,
                    "deployment.gpus": 2}, True),
@@ -226,6 +228,21 @@ def test_dflash_resolves_on_cuda_with_the_stated_width(verdicts: dict[str, Any])
     assert lint.ok
 
 
+def test_dspark_resolves_on_cuda_with_the_specs_gamma(verdicts: dict[str, Any]) -> None:
+    """DSPARK takes gamma = K from the rendered block size (not the draft's config or its
+    default) and verifies gamma + 1 tokens as a chain; lint has nothing to say."""
+    argv, lint, r = verdicts["dspark"]
+    if re.fullmatch(r"ModuleNotFoundError: No module named '(openai|partial_json_parser|einops)'",
+                    r.get("error", "")):
+        pytest.skip(f"{r['error']}: the SGLang venv predates DSPARK's imports "
+                    "(rerun ci/install-sglang.sh)")
+    assert "error" not in r, r.get("error")
+    assert r["resolved"]["speculative_algorithm"] == "DSPARK"
+    assert _tree(r) == (1, 1, 4)
+    assert argv[argv.index("--speculative-dspark-block-size") + 1] == "3"
+    assert lint.ok, lint.findings
+
+
 def test_dflash_with_attention_dp_is_allowed_with_the_dp_lm_head(
         verdicts: dict[str, Any]) -> None:
     argv, lint, r = verdicts["dflash-dp"]
@@ -254,7 +271,7 @@ def test_feature_table_row_matches_the_installed_release(verdicts: dict[str, Any
     from tests.render._sglang import VENV
 
     assert DEFAULT_VERSION == "0.5.23" and FEATURES["0.5.23"] == frozenset(
-        {"dflash", "adaptive", "meta-counts", "retract-counter", "cuda-graph-split",
+        {"dflash", "dspark", "adaptive", "meta-counts", "retract-counter", "cuda-graph-split",
          "attn-dp-size"})
     src = next(VENV.glob("lib/python3*/site-packages/sglang/srt"))
     assert "spec_num_proposed_drafts" in (src / "managers/tokenizer_manager.py").read_text()

@@ -38,6 +38,7 @@ _DRAFT_FLAGS = ("--spec-draft-model", "-md", "--model-draft")
 LLAMACPP_SPEC_TYPES: dict[SpecMethod, tuple[str, ...]] = {
     SpecMethod.DRAFT_MODEL: ("draft-simple",), SpecMethod.EAGLE3: ("draft-eagle3",),
     SpecMethod.MTP: ("draft-mtp",), SpecMethod.DFLASH: ("draft-dflash",),
+    SpecMethod.DSPARK: ("draft-dspark",),
     SpecMethod.NGRAM: ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
                        "ngram-cache"),
 }

@@ -62,8 +62,9 @@ def _image_features(inp: LintInput) -> Iterator[Finding]:
         return
     argv = inp.argv(S)
     needed = []
-    if _value(argv, "--speculative-algorithm") == "DFLASH":
-        needed.append("dflash")
+    algo = _value(argv, "--speculative-algorithm")
+    if algo in ("DFLASH", "DSPARK"):
+        needed.append(algo.lower())
     if "--speculative-adaptive" in argv:
         needed.append("adaptive")
     if any(a.split("=", 1)[0].startswith("--cuda-graph-max-bs-") for a in argv):
