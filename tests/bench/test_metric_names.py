@@ -74,3 +74,18 @@ def test_llamacpp_series_are_in_the_built_server() -> None:
                if b"\0" + n.removeprefix("llamacpp:").encode() + b"\0" not in blob
                and n.encode() not in blob}
     assert missing == set()
+
+
+def test_sglang_routes_the_bench_calls_are_current() -> None:
+    """``/server_info`` and ``/generate`` are 0.5.23 routes; ``/get_server_info`` is the
+    deprecated alias (it warns on every call), which the bench must not use."""
+    from specbundle.bench.engines import SGLangAdapter
+
+    servers = list(SGLANG_VENV.glob("lib/python3*/site-packages/sglang/srt/entrypoints"))
+    if not servers:
+        pytest.skip("SGLang not installed (ci/install-sglang.sh)")
+    src = (servers[0] / "http_server.py").read_text()
+    routes = set(re.findall(r'@app\.(?:get|post|api_route)\("(/[a-z_]+)"', src))
+    assert SGLangAdapter.props_path in routes and "/get_server_info" in routes
+    assert SGLangAdapter.props_path != "/get_server_info"
+    assert re.search(r'"/generate"', src)
