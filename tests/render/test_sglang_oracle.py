@@ -34,6 +34,12 @@ _LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_
 _ONLY = {"engines.vllm": None, "engines.llamacpp": None, "target.gguf_file": None,
          "draft.gguf_file": None}
 _NO_DRAFT = {"draft": None}
+_DRAFT_CFG = "_draft_config"  # a case's draft config.json, when not the llama one
+_GEMMA4 = {"architectures": ["Gemma4AssistantForCausalLM"], "model_type": "gemma4_assistant",
+           "text_config": {"model_type": "gemma4_text", "hidden_size": 64,
+                           "num_attention_heads": 4, "num_hidden_layers": 1,
+                           "num_key_value_heads": 4, "vocab_size": 256,
+                           "hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0}}
 
 #: case -> (spec changes, speculation)
 CASES: dict[str, tuple[dict[str, Any], bool]] = {
@@ -70,6 +76,8 @@ CASES: dict[str, tuple[dict[str, Any], bool]] = {
                            "engines.sglang.dp_size": 2, "engines.sglang.tp_size": 2,
                            "deployment.gpus": 2}, True),
     "ngram": ({**_NO_DRAFT, "speculative.method": "ngram"}, True),
+    "eagle-gemma4-assistant": ({"speculative.method": "eagle", _DRAFT_CFG: _GEMMA4}, True),
+    "eagle3-gemma4-assistant": ({"speculative.method": "eagle3", _DRAFT_CFG: _GEMMA4}, True),
     "dflash": ({"speculative.method": "dflash"}, True),
     "dspark": ({"speculative.method": "dspark", "speculative.num_speculative_tokens": 3}, True),
     "dflash-dp": ({"speculative.method": "dflash", "engines.sglang.enable_dp_attention": True,
@@ -84,6 +92,8 @@ CASES: dict[str, tuple[dict[str, Any], bool]] = {
 
 
 def _bundle(mirror: Mirror, name: str, changes: dict[str, Any]) -> BundleRecord:
+    changes = dict(changes)
+    draft_cfg = json.dumps(changes.pop(_DRAFT_CFG, _LLAMA)).encode()
     spec = parse_spec(spec_dict(**{**_ONLY, "metadata.name": name, **changes}))
     cfg = json.dumps(_LLAMA).encode()
     target = _artifact(mirror, "target", spec.target.repo, TARGET_COMMIT,
@@ -91,7 +101,7 @@ def _bundle(mirror: Mirror, name: str, changes: dict[str, Any]) -> BundleRecord:
     draft = None
     if spec.draft is not None:
         draft = _artifact(mirror, "draft", spec.draft.repo, DRAFT_COMMIT,
-                          {"config.json": cfg, "model.safetensors": b"d"})
+                          {"config.json": draft_cfg, "model.safetensors": b"d"})
     rec = BundleRecord(name=spec.name, spec=dump_spec(spec), target=target, draft=draft,
                        created="2026-11-29T00:00:00Z", tool_version="0.1.0")
     with mirror.lock():
@@ -241,6 +251,19 @@ def test_dspark_resolves_on_cuda_with_the_specs_gamma(verdicts: dict[str, Any]) 
     assert _tree(r) == (1, 1, 4)
     assert argv[argv.index("--speculative-dspark-block-size") + 1] == "3"
     assert lint.ok, lint.findings
+
+
+def test_a_gemma4_assistant_draft_runs_as_frozen_kv_mtp_and_lint_says_so(
+        verdicts: dict[str, Any]) -> None:
+    """SGLang promotes EAGLE to FROZEN_KV_MTP for this draft (silently, at info level) and
+    refuses EAGLE3: lint warns of the first and blocks the second."""
+    _, lint, r = verdicts["eagle-gemma4-assistant"]
+    assert "error" not in r, r.get("error")
+    assert r["resolved"]["speculative_algorithm"] == "FROZEN_KV_MTP"
+    assert ("sglang-frozen-kv-mtp", "warning") in _rules(lint)
+    _, lint, r = verdicts["eagle3-gemma4-assistant"]
+    assert "EAGLE3 is not supported" in r["error"]
+    assert ("sglang-frozen-kv-mtp", "error") in _rules(lint)
 
 
 def test_dflash_with_attention_dp_is_allowed_with_the_dp_lm_head(
