@@ -103,6 +103,14 @@ def test_dspark_renders_for_every_engine_and_each_parser_takes_it(
     assert largv[largv.index("--spec-type") + 1] == "draft-dspark"
     assert largv[largv.index("--spec-draft-n-max") + 1] == "4"
     lint = lint_bundle(read_unsigned(mirror, rec.name))
+    # b11434 refuses a p_min > 0 unless the DSpark GGUF has a confidence head: lint says so
+    warned = [f for f in lint.findings if f.rule.endswith("method")]
+    assert [(f.severity, f.where) for f in warned] == [
+        ("warning", "engines.llamacpp.draft_p_min")], warned
+    rec = bundle(**{"metadata.name": "dspark-p0", "speculative.method": "dspark",
+                    "engines.llamacpp.spec_type": "draft-dspark",
+                    "engines.llamacpp.draft_p_min": 0.0})
+    lint = lint_bundle(read_unsigned(mirror, rec.name))
     assert not [f for f in lint.findings if f.rule.endswith("method")], lint.findings
 
 
