@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 VENV="${SGLANG_VENV:-$PWD/.venv-sglang}"
 SGLANG_VERSION=0.5.23
 PY="${PYTHON:-$(command -v python3.11 || command -v python3)}"  # the sglang wheel is cp311
-stamp="$VENV/.specbundle-sglang-$SGLANG_VERSION"
+# The stamp names the dependency set: a venv built for an older set is rebuilt.
+stamp="$VENV/.specbundle-sglang-$SGLANG_VERSION-2"
 if [ -f "$stamp" ]; then
     echo "sglang $SGLANG_VERSION already in $VENV"
     exit 0
@@ -34,6 +35,8 @@ printf 'torch==2.13.0\n' > "$cons"
     msgspec numpy orjson psutil pybase64 requests packaging pillow starlette pydantic \
     pyzmq tqdm ipython aiohttp dill sentencepiece gguf triton "apache-tvm-ffi==0.1.11" \
     "transformers==5.19.0" compressed-tensors "torchvision==0.28.0"
+# What DSPARK's resolution imports (dspark_config -> sampler -> the OpenAI protocol types).
+"${pip[@]}" -c "$cons" openai partial-json-parser einops
 # The oracle the render tests run must load SGLang's own parser here (offline).
 HF_HUB_OFFLINE=1 "$VENV/bin/python" tests/render/sglang_oracle_main.py --list-flags \
     | "$VENV/bin/python" -c 'import json, sys; print(len(json.load(sys.stdin)), "sglang flags")'

@@ -30,6 +30,7 @@ from specbundle.strict import MalformedDocument, load_yaml_file
 __all__ = [
     "API_VERSION",
     "MAX_SPEC_BYTES",
+    "REFUSED_METHODS",
     "AdmissionThresholds",
     "ArtifactSpec",
     "BenchSettings",
@@ -66,12 +67,35 @@ class SpecMethod(StrEnum):
     MTP = "mtp"
     NGRAM = "ngram"
     DFLASH = "dflash"
+    DSPARK = "dspark"
     MEDUSA = "medusa"
+    #: vLLM's n-gram proposer on the GPU (works with async scheduling; vLLM only).
+    NGRAM_GPU = "ngram_gpu"
 
     @property
     def needs_draft_artifact(self) -> bool:
         """Whether the method needs a second set of weights (MTP and n-gram do not)."""
-        return self not in (SpecMethod.MTP, SpecMethod.NGRAM)
+        return self not in (SpecMethod.MTP, SpecMethod.NGRAM, SpecMethod.NGRAM_GPU)
+
+
+#: Methods an engine has that a spec cannot name, and why (a spec naming one is refused with
+#: the reason rather than a bare "not a valid enum"). :mod:`specbundle.render.methods` holds
+#: every engine's list against this one.
+REFUSED_METHODS: dict[str, str] = {
+    "suffix": "vLLM's suffix decoding needs the out-of-tree arctic-inference package (not in "
+              "the vLLM image) and speculates a varying number of tokens per step "
+              "(num_speculative_tokens is only a cap), so a benchmark of K would not be what "
+              "runs",
+    "mlp_speculator": "MLP speculator heads run on vLLM only, which removed them in 0.33",
+    "custom_class": "vLLM's custom_class imports proposer code named in the config, code a "
+                    "bundle neither carries nor signs",
+    "extract_hidden_states": "vLLM's extract_hidden_states is not speculation: it records "
+                             "hidden states (for training drafts)",
+    "uno": "SGLang's UNO drafts with a LoRA adapter on the target (--uno-lora-path), an "
+           "artifact a bundle does not carry",
+    "frozen_kv_mtp": "SGLang selects FROZEN_KV_MTP itself for a Gemma4 assistant draft "
+                     "(it promotes EAGLE/NEXTN): name the method eagle",
+}
 
 
 class EngineName(StrEnum):
@@ -179,6 +203,14 @@ class SpeculativeSpec(_Model):
     schedule: _Schedule | None = None
     draft_tensor_parallel_size: int | None = Field(None, ge=1)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
+
+    @field_validator("method", mode="before")
+    @classmethod
+    def _method(cls, v: Any) -> Any:
+        name = v.lower() if isinstance(v, str) else v
+        if isinstance(name, str) and name in REFUSED_METHODS:
+            raise ValueError(f"method {v!r} is not supported: {REFUSED_METHODS[name]}")
+        return v
 
     @field_validator("schedule")
     @classmethod

@@ -26,7 +26,7 @@ from specbundle.render.argrules import (
 )
 
 DATA = Path(__file__).parent / "data"
-_NEEDS_MODEL = {"draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash"}
+_NEEDS_MODEL = {"draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash", "dspark"}
 
 
 class ArgCheckError(ValueError):

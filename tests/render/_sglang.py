@@ -62,3 +62,12 @@ def choices() -> dict[str, list[str]]:
                           capture_output=True, text=True, timeout=600, check=True)
     out: dict[str, list[str]] = json.loads(proc.stdout)
     return out
+
+
+def algorithms() -> set[str]:
+    """SGLang's builtin ``--speculative-algorithm`` names (its enum and aliases, not NONE)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([str(PYTHON), str(MAIN), "--list-algorithms"], env=env,
+                          capture_output=True, text=True, timeout=600, check=True)
+    return set(json.loads(proc.stdout))

@@ -94,6 +94,12 @@ def main() -> None:
     if sys.argv[1:] == ["--list-choices"]:
         sys.stdout.write(json.dumps(_choices()))
         return
+    if sys.argv[1:] == ["--list-algorithms"]:
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+        from sglang.srt.speculative.spec_registry import _RESERVED_ALIASES
+        names = [a.name for a in SpeculativeAlgorithm if a.name != "NONE"]
+        sys.stdout.write(json.dumps(sorted([*names, *_RESERVED_ALIASES])))
+        return
 
     out = []
     for argv in json.loads(sys.stdin.read()):

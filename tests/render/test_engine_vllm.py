@@ -40,6 +40,8 @@ def _cases(m: VllmModels) -> dict[str, dict[str, Any]]:
         "eagle3": vllm_doc("e3", m.target, m.eagle3, method="eagle3", k=3),
         "eagle": vllm_doc("e1", m.target, m.eagle1, method="eagle", k=2),
         "ngram": vllm_doc("ng", m.target, None, method="ngram", k=3, speculative_extra=NGRAM),
+        "ngram_gpu": vllm_doc("ngg", m.target, None, method="ngram_gpu", k=3,
+                              speculative_extra=NGRAM),
         "schedule": vllm_doc("sched", m.target, m.eagle3, method="eagle3", k=3,
                              schedule=[[1, 1, 3], [2, 8, 1]]),
         # ranges the config builder accepts; the scheduler's lookup refuses or rewrites them
@@ -51,6 +53,7 @@ def _cases(m: VllmModels) -> dict[str, dict[str, Any]]:
                                      schedule=[[1, 2, 5], [3, 8, 1]]),
         "mtp": vllm_doc("mtp", m.target, None, method="mtp", k=1),
         "dflash": vllm_doc("dfl", m.target, good, method="dflash", k=3),
+        "dspark": vllm_doc("dsp", m.target, good, method="dspark", k=3),
         "medusa": vllm_doc("med", m.target, good, method="medusa", k=3),
         "per-request-metrics": vllm_doc("prm", m.target, good, k=3, extra_args=[
             "--per-request-spec-decode-metrics", "summary"]),
@@ -107,14 +110,14 @@ def judged(module_tmp: Path, vllm_bin: Path) -> Judged:
 
 @pytest.mark.parametrize(("case", "method", "k"), [
     ("draft_model", "draft_model", 3), ("eagle3", "eagle3", 3), ("eagle", "eagle", 2),
-    ("ngram", "ngram", 3)])
+    ("ngram", "ngram", 3), ("ngram_gpu", "ngram_gpu", 3)])
 def test_every_runnable_method_resolves_as_rendered(judged: Judged, case: str, method: str,
                                                     k: int) -> None:
     v = judged.verdict(case)
     assert v.ok, v.message
     sp = v.resolved["speculative"]
     assert (sp["method"], sp["num_speculative_tokens"]) == (method, k)
-    if method != "ngram":  # the draft is read from the neutral alias the manifest names
+    if not method.startswith("ngram"):  # the draft is read from the neutral alias the manifest names
         assert sp["model"].endswith(f"bundles/{judged.names[case]}/render/models/draft")
     assert judged.verdict(case, "baseline").resolved["speculative"] is None
 
@@ -127,9 +130,9 @@ def test_schedule_resolves_to_the_rendered_triples(judged: Judged) -> None:
 
 
 def test_methods_this_pair_cannot_run_are_refused_in_the_engines_words(judged: Judged) -> None:
-    """MTP needs a target with MTP layers and DFlash a DFlash draft: a llama pair has neither,
-    and lint --engine-check reports vLLM's own refusal (the table cannot know that)."""
-    for case in ("mtp", "dflash"):
+    """MTP needs a target with MTP layers and DFlash/DSpark their own drafts: a llama pair has
+    none, and lint --engine-check reports vLLM's own refusal (the table cannot know that)."""
+    for case in ("mtp", "dflash", "dspark"):
         v = judged.verdict(case)
         assert not v.ok and v.stage == "config" and v.message
         assert judged.verdict(case, "baseline").ok  # the baseline never names a method

@@ -104,6 +104,9 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "sglang-method-unsupported": (
         {**SGLANG_ONLY, "speculative.method": "medusa"},
         {**SGLANG_ONLY, "speculative.method": "eagle"}, {}),
+    "sglang-frozen-kv-mtp": (
+        {**SGLANG_ONLY, **EAGLE3}, SGLANG_ONLY,
+        {"draft_config": {"architectures": ["Gemma4AssistantForCausalLM"]}}),
     "eagle-given-eagle3-draft": (
         {**VLLM_ONLY, "speculative.method": "eagle"}, {**VLLM_ONLY, **EAGLE3},
         {"draft_config": EAGLE3_DRAFT}),

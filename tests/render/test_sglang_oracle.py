@@ -10,6 +10,7 @@ the venv.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,12 @@ _LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_
 _ONLY = {"engines.vllm": None, "engines.llamacpp": None, "target.gguf_file": None,
          "draft.gguf_file": None}
 _NO_DRAFT = {"draft": None}
+_DRAFT_CFG = "_draft_config"  # a case's draft config.json, when not the llama one
+_GEMMA4 = {"architectures": ["Gemma4AssistantForCausalLM"], "model_type": "gemma4_assistant",
+           "text_config": {"model_type": "gemma4_text", "hidden_size": 64,
+                           "num_attention_heads": 4, "num_hidden_layers": 1,
+                           "num_key_value_heads": 4, "vocab_size": 256,
+                           "hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0}}
 
 #: case -> (spec changes, speculation)
 CASES: dict[str, tuple[dict[str, Any], bool]] = {
@@ -69,7 +76,10 @@ CASES: dict[str, tuple[dict[str, Any], bool]] = {
                            "engines.sglang.dp_size": 2, "engines.sglang.tp_size": 2,
                            "deployment.gpus": 2}, True),
     "ngram": ({**_NO_DRAFT, "speculative.method": "ngram"}, True),
+    "eagle-gemma4-assistant": ({"speculative.method": "eagle", _DRAFT_CFG: _GEMMA4}, True),
+    "eagle3-gemma4-assistant": ({"speculative.method": "eagle3", _DRAFT_CFG: _GEMMA4}, True),
     "dflash": ({"speculative.method": "dflash"}, True),
+    "dspark": ({"speculative.method": "dspark", "speculative.num_speculative_tokens": 3}, True),
     "dflash-dp": ({"speculative.method": "dflash", "engines.sglang.enable_dp_attention": True,
                    "engines.sglang.dp_size": 2, "engines.sglang.tp_size": 2,
                    "deployment.gpus": 2}, True),
@@ -82,6 +92,8 @@ CASES: dict[str, tuple[dict[str, Any], bool]] = {
 
 
 def _bundle(mirror: Mirror, name: str, changes: dict[str, Any]) -> BundleRecord:
+    changes = dict(changes)
+    draft_cfg = json.dumps(changes.pop(_DRAFT_CFG, _LLAMA)).encode()
     spec = parse_spec(spec_dict(**{**_ONLY, "metadata.name": name, **changes}))
     cfg = json.dumps(_LLAMA).encode()
     target = _artifact(mirror, "target", spec.target.repo, TARGET_COMMIT,
@@ -89,7 +101,7 @@ def _bundle(mirror: Mirror, name: str, changes: dict[str, Any]) -> BundleRecord:
     draft = None
     if spec.draft is not None:
         draft = _artifact(mirror, "draft", spec.draft.repo, DRAFT_COMMIT,
-                          {"config.json": cfg, "model.safetensors": b"d"})
+                          {"config.json": draft_cfg, "model.safetensors": b"d"})
     rec = BundleRecord(name=spec.name, spec=dump_spec(spec), target=target, draft=draft,
                        created="2026-11-29T00:00:00Z", tool_version="0.1.0")
     with mirror.lock():
@@ -226,6 +238,34 @@ def test_dflash_resolves_on_cuda_with_the_stated_width(verdicts: dict[str, Any])
     assert lint.ok
 
 
+def test_dspark_resolves_on_cuda_with_the_specs_gamma(verdicts: dict[str, Any]) -> None:
+    """DSPARK takes gamma = K from the rendered block size (not the draft's config or its
+    default) and verifies gamma + 1 tokens as a chain; lint has nothing to say."""
+    argv, lint, r = verdicts["dspark"]
+    if re.fullmatch(r"ModuleNotFoundError: No module named '(openai|partial_json_parser|einops)'",
+                    r.get("error", "")):
+        pytest.skip(f"{r['error']}: the SGLang venv predates DSPARK's imports "
+                    "(rerun ci/install-sglang.sh)")
+    assert "error" not in r, r.get("error")
+    assert r["resolved"]["speculative_algorithm"] == "DSPARK"
+    assert _tree(r) == (1, 1, 4)
+    assert argv[argv.index("--speculative-dspark-block-size") + 1] == "3"
+    assert lint.ok, lint.findings
+
+
+def test_a_gemma4_assistant_draft_runs_as_frozen_kv_mtp_and_lint_says_so(
+        verdicts: dict[str, Any]) -> None:
+    """SGLang promotes EAGLE to FROZEN_KV_MTP for this draft (silently, at info level) and
+    refuses EAGLE3: lint warns of the first and blocks the second."""
+    _, lint, r = verdicts["eagle-gemma4-assistant"]
+    assert "error" not in r, r.get("error")
+    assert r["resolved"]["speculative_algorithm"] == "FROZEN_KV_MTP"
+    assert ("sglang-frozen-kv-mtp", "warning") in _rules(lint)
+    _, lint, r = verdicts["eagle3-gemma4-assistant"]
+    assert "EAGLE3 is not supported" in r["error"]
+    assert ("sglang-frozen-kv-mtp", "error") in _rules(lint)
+
+
 def test_dflash_with_attention_dp_is_allowed_with_the_dp_lm_head(
         verdicts: dict[str, Any]) -> None:
     argv, lint, r = verdicts["dflash-dp"]
@@ -254,7 +294,7 @@ def test_feature_table_row_matches_the_installed_release(verdicts: dict[str, Any
     from tests.render._sglang import VENV
 
     assert DEFAULT_VERSION == "0.5.23" and FEATURES["0.5.23"] == frozenset(
-        {"dflash", "adaptive", "meta-counts", "retract-counter", "cuda-graph-split",
+        {"dflash", "dspark", "adaptive", "meta-counts", "retract-counter", "cuda-graph-split",
          "attn-dp-size"})
     src = next(VENV.glob("lib/python3*/site-packages/sglang/srt"))
     assert "spec_num_proposed_drafts" in (src / "managers/tokenizer_manager.py").read_text()

@@ -31,6 +31,7 @@ from specbundle.errors import BenchError
 __all__ = [
     "NOT_COMPARABLE",
     "READERS",
+    "SERIES",
     "EngineReading",
     "LlamaCppMetrics",
     "SGLangMetrics",
@@ -150,6 +151,11 @@ class WindowDelta:
     note: str
 
 
+_SPEC_SERIES = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
+                "spec_decode_num_accepted_tokens_total",
+                "spec_decode_num_accepted_tokens_per_pos_total")
+
+
 def _spec(s: Scrape, prefix: str) -> SpecCounters | None:
     drafts = s.total(f"{prefix}spec_decode_num_drafts_total")
     tokens = s.total(f"{prefix}spec_decode_num_draft_tokens_total")
@@ -245,6 +251,19 @@ class SGLangMetrics:
             note=f"SGLang reports acceptance as last-interval gauges: {NOT_COMPARABLE}",
         )
 
+
+#: Every series the readers look for, per engine, as exposed (counters with ``_total``).
+#: The tests hold each name to the engine's own code: vLLM's and SGLang's metric
+#: declarations in their packages, the strings of the built llama-server b11434.
+SERIES: dict[str, frozenset[str]] = {
+    "vllm": frozenset({*(f"vllm:{n}" for n in _SPEC_SERIES), "vllm:kv_cache_usage_perc",
+                       "vllm:gpu_cache_usage_perc", "vllm:cache_config_info",
+                       "vllm:num_preemptions_total", "vllm:generation_tokens_total"}),
+    "llamacpp": frozenset({*(f"llamacpp:{n}" for n in _SPEC_SERIES), *_LLAMACPP_GAUGES,
+                           "llamacpp:tokens_predicted_total"}),
+    "sglang": frozenset({*_SGLANG_GAUGES, "sglang:num_retracted_requests_total",
+                         "sglang:generation_tokens_total", "sglang:token_usage"}),
+}
 
 READERS: dict[str, VllmMetrics | LlamaCppMetrics | SGLangMetrics] = {
     "vllm": VllmMetrics(), "llamacpp": LlamaCppMetrics(), "sglang": SGLangMetrics(),

@@ -86,8 +86,10 @@ VLLM_TABLE_VERSION, VLLM_METHODS, VLLM_FLAGS, VLLM_SPEC_KEYS = _vllm_table()
 VLLM_HUB_FLAGS: frozenset[str] = frozenset({"--hf-token", "--download-dir", "--revision",
                                              "--code-revision", "--tokenizer-revision"})
 
+#: 0.5.23's builtin ``--speculative-algorithm`` names (``SpeculativeAlgorithm`` and the NEXTN
+#: alias; the parser takes any string, ``from_string`` refuses the rest).
 SGLANG_ALGORITHMS: tuple[str, ...] = (
-    "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO",
+    "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP",
 )
 
 #: SGLang 0.5.23 ``--quantization`` choices (also the draft's).

@@ -21,6 +21,8 @@ __all__ = ["ENGINE_RULES"]
 
 V, S, L = EngineName.VLLM, EngineName.SGLANG, EngineName.LLAMACPP
 _SCHEDULE_TESTED = (SpecMethod.EAGLE, SpecMethod.EAGLE3, SpecMethod.DFLASH)
+#: SGLang algorithms that refuse pipeline parallelism in an ordinary server.
+_PP_REFUSED = (SpecMethod.DFLASH, SpecMethod.DSPARK)
 
 
 # -- vLLM Dynamic-SD schedule -----------------------------------------------------------------
@@ -137,7 +139,7 @@ def _pipeline_parallel(inp: LintInput) -> Iterator[Finding]:
     SGLang is warned about.
     """
     s = inp.spec.engines.sglang
-    if s is not None and s.pp_size > 1 and inp.spec.speculative.method != SpecMethod.DFLASH:
+    if s is not None and s.pp_size > 1 and inp.spec.speculative.method not in _PP_REFUSED:
         yield finding(
             "pipeline-parallel-speculation",
             "warning",
@@ -152,12 +154,13 @@ def _pipeline_parallel(inp: LintInput) -> Iterator[Finding]:
 def _sglang_dflash_pp(inp: LintInput) -> Iterator[Finding]:
     """SGLang DFLASH/DSPARK require pp_size == 1."""
     s = inp.spec.engines.sglang
-    if s is not None and s.pp_size > 1 and inp.spec.speculative.method == SpecMethod.DFLASH:
+    if s is not None and s.pp_size > 1 and inp.spec.speculative.method in _PP_REFUSED:
         yield finding(
             "sglang-dflash-pipeline-parallel",
             "error",
             "engines.sglang.pp_size",
-            f"DFLASH refuses pp_size={s.pp_size} at startup.",
+            f"{ALGORITHMS[inp.spec.speculative.method]} refuses pp_size={s.pp_size} at startup"
+            " (DSPARK takes it only on a PD prefill node).",
             "set pp_size to 1",
             S,
         )

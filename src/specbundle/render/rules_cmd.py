@@ -38,6 +38,7 @@ _DRAFT_FLAGS = ("--spec-draft-model", "-md", "--model-draft")
 LLAMACPP_SPEC_TYPES: dict[SpecMethod, tuple[str, ...]] = {
     SpecMethod.DRAFT_MODEL: ("draft-simple",), SpecMethod.EAGLE3: ("draft-eagle3",),
     SpecMethod.MTP: ("draft-mtp",), SpecMethod.DFLASH: ("draft-dflash",),
+    SpecMethod.DSPARK: ("draft-dspark",),
     SpecMethod.NGRAM: ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
                        "ngram-cache"),
 }
@@ -79,7 +80,8 @@ def _llamacpp_spec_type(inp: LintInput) -> Iterator[Finding]:
     if not allowed:
         yield finding("llamacpp-spec-type-method", "error", "speculative.method",
                       f"llama.cpp has no speculative type for method {method.value}.",
-                      "drop engines.llamacpp or choose draft_model/eagle3/mtp/dflash/ngram", L)
+                      "drop engines.llamacpp or choose draft_model/eagle3/mtp/dflash/dspark/ngram",
+                      L)
     elif types and not set(types) & set(allowed):
         yield finding("llamacpp-spec-type-method", "error", "engines.llamacpp.spec_type",
                       f"--spec-type {spec_type} does not run method {method.value}.",
@@ -90,6 +92,14 @@ def _llamacpp_spec_type(inp: LintInput) -> Iterator[Finding]:
                       f"--spec-type {spec_type} needs a draft model, and none is rendered.",
                       "use an ngram-* or draft-mtp spec_type, or add a draft artifact with "
                       "gguf_file", L)
+    p_min = flag_value(argv, "--spec-draft-p-min", "--draft-p-min")
+    if "draft-dspark" in types and p_min is not None and float(p_min) > 0.0:
+        # common/speculative.cpp b11434: p_min > 0 reads the draft's confidence head and
+        # throws "DSpark draft has no confidence head" at startup when the GGUF has none
+        yield finding("llamacpp-spec-type-method", "warning", "engines.llamacpp.draft_p_min",
+                      f"draft-dspark with p_min {p_min} needs a draft whose GGUF has a "
+                      "confidence head (dflash.has_confidence_head); without one llama-server "
+                      "refuses to start.", "set draft_p_min: 0 unless the draft has one", L)
     if "ngram-cache" in types:
         yield finding("llamacpp-spec-type-method", "warning", "engines.llamacpp.spec_type",
                       "ngram-cache has no draft-length flag in llama-server, so "

@@ -62,8 +62,9 @@ def _image_features(inp: LintInput) -> Iterator[Finding]:
         return
     argv = inp.argv(S)
     needed = []
-    if _value(argv, "--speculative-algorithm") == "DFLASH":
-        needed.append("dflash")
+    algo = _value(argv, "--speculative-algorithm")
+    if algo in ("DFLASH", "DSPARK"):
+        needed.append(algo.lower())
     if "--speculative-adaptive" in argv:
         needed.append("adaptive")
     if any(a.split("=", 1)[0].startswith("--cuda-graph-max-bs-") for a in argv):
@@ -188,7 +189,31 @@ def _removed_flags(inp: LintInput) -> Iterator[Finding]:
                           "--attn-dp-size", S)
 
 
+#: Draft architectures ``_resolve_speculative_algorithm_alias`` (0.5.23) turns EAGLE/NEXTN into
+#: FROZEN_KV_MTP for, and refuses EAGLE3 with.
+_GEMMA4_ASSISTANT = ("Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM")
+
+
+def _frozen_kv_mtp(inp: LintInput) -> Iterator[Finding]:
+    """A Gemma4 assistant draft: SGLang runs FROZEN_KV_MTP for EAGLE, refuses EAGLE3."""
+    archs = (inp.draft_config or {}).get("architectures") or []
+    if S not in inp.commands or not any(a in _GEMMA4_ASSISTANT for a in archs):
+        return
+    algo = _value(inp.argv(S), "--speculative-algorithm")
+    if algo == "EAGLE3":
+        yield finding("sglang-frozen-kv-mtp", "error", "speculative.method",
+                      f"the draft is a Gemma4 assistant ({archs}); SGLang 0.5.23 refuses it "
+                      "with EAGLE3 at startup.", "set speculative.method: eagle", S)
+    elif algo in ("EAGLE", "NEXTN"):
+        yield finding("sglang-frozen-kv-mtp", "warning", "speculative.method",
+                      f"the draft is a Gemma4 assistant ({archs}); SGLang 0.5.23 runs it as "
+                      "FROZEN_KV_MTP (drafting over the target's frozen KV), not EAGLE: the "
+                      "benchmark measures that algorithm.",
+                      "benchmark on SGLang before admitting; vLLM names it gemma4_mtp (mtp)", S)
+
+
 SGLANG_RULES: dict[str, Rule] = {
+    "sglang-frozen-kv-mtp": _frozen_kv_mtp,
     "sglang-image-version": _image_features,
     "sglang-ngram-forced-tree": _ngram_forced_tree,
     "sglang-adaptive-disabled": _adaptive_disabled,

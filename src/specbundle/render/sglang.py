@@ -11,7 +11,9 @@ chooses its own steps among the adaptive config's candidates, so no tree is pinn
 unless SGLang will drop adaptive (:func:`adaptive_dropped`): it would then auto-choose a tree
 (topk 4 for Llama), so the spec's chain is pinned instead. DFLASH gets its verify width
 (``--speculative-num-draft-tokens K+1``) stated rather than taken silently from the draft's
-block size, and ``--enable-dp-lm-head`` with attention DP (its CUDA requirement).
+block size, and ``--enable-dp-lm-head`` with attention DP (its CUDA requirement). DSPARK
+gets ``--speculative-dspark-block-size K`` (its gamma: SGLang otherwise reads it from the draft's
+config or defaults it, and verifies gamma + 1 tokens; steps and topk are forced to 1).
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ ALGORITHMS: dict[SpecMethod, str] = {
     SpecMethod.MTP: "NEXTN",
     SpecMethod.NGRAM: "NGRAM",
     SpecMethod.DFLASH: "DFLASH",
+    SpecMethod.DSPARK: "DSPARK",
 }
+#: Algorithms that need ``--enable-dp-lm-head`` with attention DP (``_handle_dflash``,
+#: ``_handle_dspark``: refused at startup without it).
+_DP_LM_HEAD = frozenset({"DFLASH", "DSPARK"})
 _PINNED_TREE = frozenset({"STANDALONE", "EAGLE", "EAGLE3", "NEXTN"})
 #: Algorithms adaptive runs with (``adaptive_unsupported_reason``; NEXTN resolves to EAGLE).
 ADAPTIVE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN"})
@@ -123,9 +129,9 @@ class SGLangEngine:
         if s.enable_dp_attention:
             if not new_dp:
                 args.append("--enable-dp-attention")
-            if ALGORITHMS.get(ctx.spec.speculative.method) == "DFLASH" \
+            if ALGORITHMS.get(ctx.spec.speculative.method) in _DP_LM_HEAD \
                     and "--enable-dp-lm-head" not in s.extra_args:  # both arms: same lm head
-                args.append("--enable-dp-lm-head")  # DFLASH + attention DP refuses without
+                args.append("--enable-dp-lm-head")  # DFLASH/DSPARK + attention DP refuse without
         if s.mem_fraction_static is not None:
             args += ["--mem-fraction-static", str(s.mem_fraction_static)]
         if s.disable_overlap_schedule:
@@ -162,6 +168,10 @@ class SGLangEngine:
                 is None and s.speculative_num_draft_tokens is None:
             out += ["--speculative-num-draft-tokens",
                     str(ctx.spec.speculative.num_speculative_tokens + 1)]
+        elif algo == "DSPARK" and _extra_value(s.extra_args, "--speculative-dspark-block-size") \
+                is None:
+            out += ["--speculative-dspark-block-size",
+                    str(ctx.spec.speculative.num_speculative_tokens)]
         if s.speculative_adaptive:
             out.append("--speculative-adaptive")
         return out

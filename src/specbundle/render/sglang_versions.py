@@ -1,9 +1,9 @@
 """Which SGLang release has which feature specbundle renders or measures.
 
 Derived from the released wheels (``pip download sglang==<v> --no-deps``): 0.5.4 has no
-``DFLASH`` in ``speculative/spec_info.py``, no ``--speculative-adaptive`` field and only
-``spec_verify_ct`` / ``spec_accept_length`` in ``tokenizer_manager`` (no accepted/proposed
-counts), no ``sglang:num_retracted_requests_total`` counter, and still the single
+``DFLASH`` or ``DSPARK`` in ``speculative/spec_info.py``, no ``--speculative-adaptive``
+field, only ``spec_verify_ct`` / ``spec_accept_length`` in ``tokenizer_manager`` (no
+accepted/proposed counts), no ``sglang:num_retracted_requests_total`` counter, and still the single
 ``--cuda-graph-max-bs``. 0.5.23 (the pinned default) has all of them and the split
 ``--cuda-graph-max-bs-decode``/``-prefill``. The tests check the 0.5.23 row against
 SGLang's own parser when it is installed (``ci/install-sglang.sh``).
@@ -20,6 +20,7 @@ DEFAULT_VERSION = "0.5.23"
 #: feature -> what it is, for lint messages.
 FEATURE_TEXT: dict[str, str] = {
     "dflash": "the DFLASH speculative algorithm",
+    "dspark": "the DSPARK speculative algorithm",
     "adaptive": "--speculative-adaptive",
     "meta-counts": "accepted/proposed draft counts in /generate meta_info",
     "retract-counter": "the sglang:num_retracted_requests_total counter",
