@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 from aiohttp import web
 
@@ -75,6 +76,8 @@ class SGLangStub:
     incremental: bool = False
     drop: frozenset[str] = frozenset()
     served: list[Served] = field(default_factory=list)
+    verify_calls: int = 0  # sglang:spec_verify_calls_total, grown as SGLang grows it
+    counter_skew: int = 0  # added to the exported counter: an engine that disagrees
 
 
 STUB = web.AppKey("stub", SGLangStub)
@@ -124,6 +127,8 @@ async def _generate(request: web.Request) -> web.StreamResponse:
         piece = "".join(f"w{t} " for t in (new if stub.incremental else ids))
         out = {"text": piece, "output_ids": new if stub.incremental else ids, "meta_info": meta}
         await resp.write(b"data: " + json.dumps(out).encode() + b"\n\n")
+    if stub.names != "off":  # observe_one_finished_request: += spec_verify_ct when > 0
+        stub.verify_calls += served.verify
     await resp.write(b"data: [DONE]\n\n")
     return resp
 
@@ -132,6 +137,11 @@ async def _metrics(request: web.Request) -> web.Response:
     text = ("# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name=\"m\"} "
             "3.25\n# TYPE sglang:spec_accept_rate gauge\n"
             "sglang:spec_accept_rate{model_name=\"m\"} 0.5\n")
+    stub = request.app[STUB]
+    if stub.names != "off":
+        text += ("# TYPE sglang:spec_verify_calls_total counter\n"
+                 "sglang:spec_verify_calls_total{model_name=\"m\"} "
+                 f"{stub.verify_calls + stub.counter_skew}\n")
     return web.Response(text=text)
 
 
@@ -316,6 +326,8 @@ def test_bench_run_sums_only_the_measured_window_and_keeps_gauges_labelled() -> 
     assert acc.mean_acceptance_length == 12 * len(measured) / verify != CUMULATIVE_AVG
     assert acc.gauges == {"sglang:spec_accept_length": 3.25, "sglang:spec_accept_rate": 0.5}
     assert NOT_COMPARABLE in acc.note
+    assert f"summed spec_verify_ct ({verify}) matches SGLang's counter" in acc.note
+    assert acc.request_cross_check is True
     assert any("/generate" in n for n in raw.notes)
     assert validity(raw, inp).token_agreement == 1.0  # same text through /generate in both arms
 
@@ -327,3 +339,27 @@ def test_gauges_alone_never_stand_in_for_the_window() -> None:
     acc = acceptance("sglang", [window_delta(r, r)], [])
     assert acc.source == "gauges" and acc.alpha is None and not acc.comparable_as_counters
     assert acc.gauges == {"sglang:spec_accept_length": 4.0} and NOT_COMPARABLE in acc.note
+
+
+def test_the_engine_counter_holds_the_summed_verify_steps(sglang: tuple[str, SGLangStub]) -> None:
+    """``sglang:spec_verify_calls_total`` grows by each finished request's spec_verify_ct: over
+    a window it must equal the requests' sum, and a disagreement fails the cross-check."""
+    url, stub = sglang
+    reader = adapter_for("sglang")
+
+    def scrape() -> str:
+        return httpx.get(f"{url}/metrics", timeout=10).text
+
+    for skew, agrees in ((0, True), (3, False)):
+        stub.counter_skew = 0
+        before = reader.read_metrics(parse_scrape(scrape()))
+        run = _level(url, n=5)
+        stub.counter_skew = skew
+        after = reader.read_metrics(parse_scrape(scrape()))
+        acc = acceptance("sglang", [window_delta(before, after)], [run])
+        verify = sum(s.verify for s in stub.served[-5:])
+        assert acc.drafts == verify
+        word = "matches" if agrees else "disagrees with"
+        assert (f"summed spec_verify_ct ({verify}) {word} SGLang's counter "
+                f"sglang:spec_verify_calls_total over the window ({verify + skew})") in acc.note
+        assert acc.request_cross_check is agrees

@@ -134,6 +134,8 @@ class EngineReading:
     note: str = ""
     #: ``preemptions`` is a counter (window delta) even where acceptance has only gauges.
     preemptions_counter: bool = True
+    #: SGLang's ``spec_verify_calls_total``: verify steps of finished requests (a counter).
+    verify_calls: float | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,7 @@ class WindowDelta:
     gauges_end: Mapping[str, float]
     counters_comparable: bool
     note: str
+    verify_calls: float | None = None
 
 
 _SPEC_SERIES = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
@@ -247,7 +250,7 @@ class SGLangMetrics:
             preemptions=s.total("sglang:num_retracted_requests_total"),
             generation_tokens=s.total("sglang:generation_tokens_total"),
             kv_usage=s.peak("sglang:token_usage"), kv_capacity_tokens=None, gauges=gauges,
-            counters_comparable=False,
+            counters_comparable=False, verify_calls=s.total("sglang:spec_verify_calls_total"),
             note=f"SGLang reports acceptance as last-interval gauges: {NOT_COMPARABLE}",
         )
 
@@ -262,7 +265,8 @@ SERIES: dict[str, frozenset[str]] = {
     "llamacpp": frozenset({*(f"llamacpp:{n}" for n in _SPEC_SERIES), *_LLAMACPP_GAUGES,
                            "llamacpp:tokens_predicted_total"}),
     "sglang": frozenset({*_SGLANG_GAUGES, "sglang:num_retracted_requests_total",
-                         "sglang:generation_tokens_total", "sglang:token_usage"}),
+                         "sglang:generation_tokens_total", "sglang:token_usage",
+                         "sglang:spec_verify_calls_total"}),
 }
 
 READERS: dict[str, VllmMetrics | LlamaCppMetrics | SGLangMetrics] = {
@@ -290,5 +294,5 @@ def window_delta(before: EngineReading, after: EngineReading) -> WindowDelta:
         generation_tokens=_sub(after.generation_tokens, before.generation_tokens),
         kv_usage_end=after.kv_usage, kv_capacity_tokens=after.kv_capacity_tokens,
         gauges_end=dict(after.gauges), counters_comparable=after.counters_comparable,
-        note=after.note,
+        note=after.note, verify_calls=_sub(after.verify_calls, before.verify_calls),
     )

@@ -274,6 +274,7 @@ def meta_acceptance(deltas: Sequence[WindowDelta], runs: Sequence[LevelRun], *,
         notes.append("draft depth too deep: acceptance collapses after position 1")
     if label:
         notes.append(label)
+    checks = [c for c in (w.self_check, _counter_check(deltas, runs, w, notes)) if c is not None]
     exact = not adaptive
     return Acceptance(
         source="meta_info", comparable_as_counters=True, drafts=float(w.verify_ct),
@@ -284,8 +285,31 @@ def meta_acceptance(deltas: Sequence[WindowDelta], runs: Sequence[LevelRun], *,
         alpha=stats.alpha_from_tau(step_tau, g) if step_tau is not None and exact else None,
         request_draft_tokens=float(w.proposed) if exact else None,
         request_accepted=float(w.correct),
-        request_cross_check=w.self_check, gauges=gauges, note="; ".join(notes),
+        request_cross_check=all(checks) if checks else None, gauges=gauges,
+        note="; ".join(notes),
     )
+
+
+def _counter_check(deltas: Sequence[WindowDelta], runs: Sequence[LevelRun], w: MetaWindow,
+                   notes: list[str]) -> bool | None:
+    """Hold the summed ``spec_verify_ct`` to SGLang's own counter over the same windows.
+
+    ``sglang:spec_verify_calls_total`` grows by each finished request's ``spec_verify_ct``
+    (``observe_one_finished_request``, 0.5.23), so over a window in which every request
+    finished and was read it must equal the sum; a request that failed on our side may
+    still have been counted by the engine, so the check then only bounds the sum. None when
+    the engine does not export it.
+    """
+    counts = [d.verify_calls for d in deltas]
+    if not counts or any(c is None for c in counts):
+        return None
+    counted = sum(c for c in counts if c is not None)
+    every_ok = all(len(run.ok) == len(run.results) for run in runs)
+    agrees = counted == w.verify_ct if every_ok else counted >= w.verify_ct
+    word = "matches" if agrees else "disagrees with"
+    notes.append(f"summed spec_verify_ct ({w.verify_ct}) {word} SGLang's counter "
+                 f"sglang:spec_verify_calls_total over the window ({counted:g})")
+    return agrees
 
 
 def chain_only(acc: Acceptance, props: Mapping[str, Any] | None) -> Acceptance:
