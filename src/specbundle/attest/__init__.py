@@ -103,6 +103,7 @@ from specbundle.attest.log import (
     ATTESTATIONS_FILE,
     append_attestation,
     attestations_path,
+    check_attestation_log,
     read_attestations,
 )
 from specbundle.attest.oms import (
@@ -181,6 +182,7 @@ __all__ = [
     "artifact_subjects",
     "attestations_path",
     "build_model_sig",
+    "check_attestation_log",
     "check_envelope",
     "check_statement",
     "generate_key",

@@ -9,16 +9,18 @@ which is why verification counts *signed* statements per policy rather than trus
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from specbundle._fsutil import real_dir
 from specbundle.attest.dsse import Envelope
-from specbundle.errors import BundleNotFound, VerificationError
+from specbundle.errors import BundleNotFound, CorruptMirror, VerificationError
 from specbundle.mirror import Mirror
 from specbundle.mirror.eventlog import MAX_LOG_BYTES
 from specbundle.strict import MalformedDocument, loads_json, read_mirror_file
 
-__all__ = ["ATTESTATIONS_FILE", "append_attestation", "attestations_path", "read_attestations"]
+__all__ = ["ATTESTATIONS_FILE", "append_attestation", "attestations_path", "check_attestation_log",
+           "read_attestations"]
 
 ATTESTATIONS_FILE = "attestations.jsonl"
 
@@ -28,31 +30,72 @@ def attestations_path(mirror: Mirror, bundle: str) -> Path:
     return mirror.bundle_dir(bundle) / ATTESTATIONS_FILE
 
 
+def _committed_end(data: bytes, where: str) -> int:
+    """Byte offset after the last committed line; every committed line must be an envelope.
+
+    A fragment after the last newline is a torn append (never committed, cut at the next
+    append). A malformed *committed* line fails closed: appending after it would bury damage
+    that may hide a statement (restore the log first).
+    """
+    end = data.rfind(b"\n") + 1
+    for no, raw in enumerate(data[:end].split(b"\n")[:-1], start=1):
+        if not raw.strip():
+            continue
+        try:
+            Envelope.from_json(loads_json(raw, what="attestation"))
+        except (ValueError, VerificationError):
+            raise CorruptMirror(f"{where} line {no} is not a well-formed attestation; "
+                                "refusing to append after it",
+                                hint="restore the log from a backup") from None
+    return end
+
+
+def check_attestation_log(mirror: Mirror, bundle: str) -> None:
+    """Refuse up front (before a writer commits anything) a log no append may extend."""
+    where = f"bundles/{bundle}/{ATTESTATIONS_FILE}"
+    try:
+        data = read_mirror_file(attestations_path(mirror, bundle), max_bytes=MAX_LOG_BYTES,
+                                what=where)
+    except FileNotFoundError:
+        return
+    except MalformedDocument as err:
+        raise CorruptMirror(f"bundles/{bundle}/{err}") from None
+    _committed_end(data, where)
+
+
 def append_attestation(mirror: Mirror, bundle: str, envelope: Envelope) -> int:
     """Append one envelope and return its 1-based line number.
 
     Call under ``mirror.lock()`` (like ``append_event``). A torn last line left by a crash is
-    closed with a newline first, so it stays one malformed line instead of corrupting this one.
+    cut first (it was never committed); a malformed committed line refuses the append.
+
+    Raises:
+        CorruptMirror: the log is not a regular file, too large, or malformed before its tail.
     """
     if not (mirror.bundle_dir(bundle) / "bundle.json").is_file():
         raise BundleNotFound(f"no bundle named {bundle!r} in mirror {mirror.root}")
+    where = f"bundles/{bundle}/{ATTESTATIONS_FILE}"
     path = real_dir(mirror.root, f"bundles/{bundle}") / ATTESTATIONS_FILE
     line = envelope.to_line() + b"\n"
     try:
-        existing = read_mirror_file(path, max_bytes=MAX_LOG_BYTES, what=ATTESTATIONS_FILE)
+        existing = read_mirror_file(path, max_bytes=MAX_LOG_BYTES, what=where)
     except FileNotFoundError:
         existing = b""
     except MalformedDocument as err:
-        raise VerificationError(f"bundles/{bundle}/{err}") from None
-    if existing and not existing.endswith(b"\n"):
-        line = b"\n" + line
+        raise CorruptMirror(f"bundles/{bundle}/{err}") from None
+    end = _committed_end(existing, where)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CorruptMirror(f"{where} is not a regular file",
+                                hint="restore the log from a backup")
+        if end < len(existing):
+            os.ftruncate(fd, end)
         os.write(fd, line)
         os.fsync(fd)
     finally:
         os.close(fd)
-    return existing.count(b"\n") + line.count(b"\n")
+    return existing[:end].count(b"\n") + 1
 
 
 def read_attestations(
