@@ -102,6 +102,7 @@ from specbundle.attest.keys import (
 from specbundle.attest.log import (
     ATTESTATIONS_FILE,
     append_attestation,
+    append_lines,
     attestations_path,
     check_attestation_log,
     read_attestations,
@@ -179,6 +180,7 @@ __all__ = [
     "UntrustedCertificate",
     "WrongPredicateType",
     "append_attestation",
+    "append_lines",
     "artifact_subjects",
     "attestations_path",
     "build_model_sig",
