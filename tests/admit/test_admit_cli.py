@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
+import pytest
 import yaml
 
 from specbundle.admit import read_status
@@ -14,6 +16,8 @@ from specbundle.attest import SLSA_VSA_V1, check_statement, generate_key, read_a
 from specbundle.attest.keys import write_private_key
 from specbundle.synth import SynthPair
 from tests.bench.conftest import bundle_doc, pull_synth
+
+BENCH_SCHEMA = Path(__file__).parents[2] / "manifests" / "schemas" / "bench-report.schema.json"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -57,3 +61,17 @@ def test_bench_without_a_baseline_server_is_a_usage_error(
 def test_bench_rejects_bad_levels(tmp_path: Path) -> None:
     res = _run("bench", "b", "--mirror", str(tmp_path), "--levels", "1,x")
     assert res.returncode == 2 and "--levels" in res.stderr
+
+
+@pytest.mark.engine
+def test_bench_json_validates_against_the_published_schema(
+        tmp_path: Path, bench_pairs: dict[str, SynthPair], llama_server_bin: Path) -> None:
+    """A real ``bench --json`` (its time budget spent at the first look, so it is short):
+    the document it prints is the bench report the published schema describes."""
+    mirror = pull_synth(tmp_path / "mirror", bundle_doc("b", bench_pairs["good"], levels=[1]))
+    res = _run("bench", "b", "--unsigned", "--mirror", str(mirror.root), "--binary",
+               str(llama_server_bin), "--time-budget", "1", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    jsonschema.validate(doc, json.loads(BENCH_SCHEMA.read_text()))
+    assert doc["stopping"]["reason"] == "time_budget"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from specbundle.admit import STATUS_FILE, Decision, Rejected, admit_bundle, read_status
 from specbundle.attest import BENCH_EVIDENCE_V1, SLSA_VSA_V1, check_statement, read_attestations
 from specbundle.bench import BenchOptions, BenchReport, load_report, report_schema
+from specbundle.cli.admit import _emit as emit
 from specbundle.digest import sha256_bytes
 from specbundle.synth import SynthPair
 from specbundle.verify import verify_bundle
@@ -159,3 +161,44 @@ def test_report_of_the_good_run(good: tuple[Signed, Decision | Rejected]) -> Non
 
 def test_published_schema_is_the_generated_one() -> None:
     assert json.loads(SCHEMA.read_text()) == report_schema()
+
+
+DECISION_SCHEMA = SCHEMA.with_name("admission-decision.schema.json")
+
+
+def _admit_json(capsys: pytest.CaptureFixture[str], s: Signed, d: Decision) -> dict[str, Any]:
+    """The document ``admit --json`` prints for ``d`` (the command's own emitter)."""
+    capsys.readouterr()
+    emit(s.mirror, d, True)
+    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    jsonschema.validate(doc, json.loads(DECISION_SCHEMA.read_text()))
+    return doc
+
+
+@pytest.mark.parametrize("which", ["good", "bad"])
+def test_admit_json_of_the_real_runs_validates(
+        which: str, good: tuple[Signed, Decision | Rejected],
+        bad: tuple[Signed, Decision | Rejected], capsys: pytest.CaptureFixture[str]) -> None:
+    """The published schema holds the PASSED/admitted decision of the engine run above, and
+    its rejected twin, exactly as ``admit --json`` prints them."""
+    s, got = good if which == "good" else bad
+    doc = _admit_json(capsys, s, _decision(got))
+    want = ("PASSED", "admitted") if which == "good" else ("FAILED", "rejected")
+    assert (doc["result"], doc["outcome"], doc["verdict"]["outcome"]) == (*want, want[1])
+    assert doc["criteria"] and doc["bench_report_sha256"]
+
+
+def test_a_bench_cut_short_is_an_inconclusive_decision(
+        admit_root: Path, bench_pairs: dict[str, SynthPair], llama_server_bin: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A real admission whose time budget runs out before the first launch: signed FAILED,
+    outcome inconclusive (never admitted), and the schema holds that document too."""
+    s = signed_bundle(admit_root / "cut", "cut", bench_pairs["good"], levels=[1],
+                      admission=GATE)
+    with pytest.raises(Rejected) as err:
+        admit_bundle(verify_bundle(s.mirror, "cut", s.policy), keys=[s.key],
+                     bench_options=BenchOptions(binary=llama_server_bin, time_budget_s=1e-6))
+    d = err.value.decision
+    assert (d.result, d.outcome) == ("FAILED", "inconclusive"), d.reasons
+    doc = _admit_json(capsys, s, d)
+    assert doc["outcome"] == doc["verdict"]["outcome"] == "inconclusive"

@@ -161,6 +161,44 @@ def test_a_killed_writers_lease_is_reaped(tmp_path: Path) -> None:
     assert not list((m.root / "leases").glob("*.lease"))
 
 
+def test_planted_lease_entries_are_never_read_through(tmp_path: Path) -> None:
+    """A FIFO would hang gc's open and a link would make it read (and pin by) another file:
+    both are dropped unread; a live writer's lease still protects what it pins."""
+    m = Mirror.open(tmp_path / "m", create=True)
+    kept = m.put_bytes(b"pinned by a live writer")
+    loose = m.put_bytes(b"named only by a planted link")
+    outside = tmp_path / "outside.lease"
+    outside.write_text(f"{loose}\n")
+    lease = m.lease("pull")
+    lease.pin(kept)
+    leases = m.root / "leases"
+    os.mkfifo(leases / "fifo.lease")
+    (leases / "link.lease").symlink_to(outside)
+    res = m.gc()
+    assert res.live_writers == 1
+    assert m.has_object(kept) and loose in res.removed_objects
+    assert sorted(p.name for p in leases.iterdir()) == [lease.path.name]
+    assert outside.read_text() == f"{loose}\n"
+    lease.close()
+
+
+def test_planted_refs_are_dropped_unread(tmp_path: Path) -> None:
+    """gc reads a ref only as a small regular file: a link to ``/dev/zero`` or a FIFO in
+    ``refs/`` is removed like a ref to a collected commit, and gc finishes."""
+    _pull(tmp_path, "a", 1, 2)
+    m = Mirror.open(tmp_path / "m")
+    mdir = m.root / "models--local--a-t"
+    refs = mdir / "refs"
+    refs.mkdir()
+    commit = next((mdir / "snapshots").iterdir()).name
+    (refs / "main").write_text(f"{commit}\n")
+    (refs / "gone").write_text("0" * 40)
+    os.mkfifo(refs / "fifo")
+    (refs / "zero").symlink_to("/dev/zero")
+    m.gc()
+    assert sorted(p.name for p in refs.iterdir()) == ["main"]
+
+
 def test_gc_reclaims_temp_leftovers_and_refuses_on_a_corrupt_record(tmp_path: Path) -> None:
     _pull(tmp_path, "a", 1, 2)
     m = Mirror.open(tmp_path / "m")

@@ -9,6 +9,8 @@ from pathlib import Path
 from specbundle import attest
 from specbundle.mirror import Mirror
 from specbundle.pull import pull_bundle
+from specbundle.scan import ScanOptions, scan_bundle
+from specbundle.scan.findings import Severity
 from specbundle.sign import sign_bundle
 from specbundle.spec import load_spec
 from tests.sign.helpers import make_model, policy_doc, write_policy, write_scan_report
@@ -33,8 +35,10 @@ class Versions:
         self.draft = make_model(self.tmp / "src" / "draft", seed=101)
 
     def sign(self, *, k: int = 4, min_ratio: float = 1.05, extra_args: tuple[str, ...] = (),
-             model_name: str | None = None) -> None:
-        """Pull the folders with this spec, write a clean scan report, sign a new version."""
+             model_name: str | None = None, scan_fail_on: Severity | None = None) -> None:
+        """Pull the folders with this spec, write a clean scan report, sign a new version.
+
+        ``scan_fail_on``: run the real scanner with this threshold instead."""
         spec = {
             "apiVersion": "specbundle/v1", "metadata": {"name": self.name},
             "target": {"repo": "org/target", "source": f"dir:{self.target}"},
@@ -48,8 +52,12 @@ class Versions:
             spec["metadata"]["description"] = model_name  # type: ignore[index]
         path = self.tmp / f"{self.name}.yaml"
         path.write_text(json.dumps(spec))
-        pull_bundle(load_spec(path), self.mirror)
-        write_scan_report(self.mirror, self.name)
+        rec = pull_bundle(load_spec(path), self.mirror).record
+        if scan_fail_on is None:
+            write_scan_report(self.mirror, self.name)
+        else:
+            scan_bundle(self.mirror, rec, load_spec(path),
+                        options=ScanOptions(fail_on=scan_fail_on))
         sign_bundle(self.mirror, self.name, [self.key])
 
     def set_template(self, template: str, role: str = "target") -> None:

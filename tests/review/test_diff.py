@@ -8,8 +8,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from specbundle import attest
+from specbundle.digest import sha256_bytes
+from specbundle.image_record import ImageRecord
 from specbundle.review import DiffReport, diff_bundle, diff_schema
 from specbundle.review.diff import _spec_changes
+from specbundle.scan.findings import Severity
+from specbundle.sign import sign_bundle
 from specbundle.transfer import export_bundle
 from specbundle.verify import load_policy
 from tests.clihelp import run_cli
@@ -70,6 +75,75 @@ def test_new_file_and_changed_template(v: Versions) -> None:
     assert new.kind == "added" and new.runtime and "tokenizer" in new.note  # type: ignore[attr-defined]
     tpl = paths["target:tokenizer_config.json"]
     assert tpl.note == "chat template changed" and tpl.runtime  # type: ignore[attr-defined]
+
+
+def test_removed_file_and_a_second_signature(v: Versions) -> None:
+    (v.target / "added_tokens.json").write_text('{"<x>": 64}')
+    v.sign()
+    (v.target / "added_tokens.json").unlink()
+    v.sign()
+    gone = _by_path(diff_bundle(v.mirror, "pair"))["target:added_tokens.json"]
+    assert gone.kind == "removed" and gone.after is None and gone.runtime  # type: ignore[attr-defined]
+    assert gone.before.endswith("…") and " B sha256:" in gone.before  # type: ignore[attr-defined]
+    # the same content signed again, by a second key as well: listed, not a behaviour change
+    second = attest.generate_key("ecdsa-p256")
+    sign_bundle(v.mirror, "pair", [v.key, second])
+    rep = diff_bundle(v.mirror, "pair")
+    added = [c for c in rep.changes if c.area == "signature" and c.kind == "added"]
+    assert any(c.path == "manifest" and c.after == second.fingerprint[:16] for c in added)
+    assert not rep.behaviour_changed
+    assert {c.area for c in rep.changes} == {"signature"}
+
+
+@pytest.mark.parametrize(("path", "runtime", "gate"), [
+    ("speculative.method", True, False),
+    ("speculative.schedule", True, False),
+    ("engines.llamacpp.ctx_size", True, False),
+    ("deployment.p95_concurrency", True, True),
+    ("bench.rounds", False, True),
+    ("metadata.description", False, False),
+    ("target.revision", False, False),
+    ("unknown_section.field", True, False),
+])
+def test_spec_fields_are_marked(path: str, runtime: bool, gate: bool) -> None:
+    (c,) = _spec_changes(_nested(path, '"a"'), _nested(path, '"b"'))
+    assert (c.runtime, c.gate) == (runtime, gate)
+
+
+def test_scan_and_compat_findings_and_image_records(tmp_path: Path) -> None:
+    """Real scans: a compat finding (draft vocabulary) and a config finding appear in v2 and
+    disappear in v3; an image record that changes is a runtime change."""
+    v = Versions(tmp_path)
+    images = v.mirror.bundle_dir("pair") / "images"
+
+    def image(digit: str) -> None:
+        rec = ImageRecord("vllm", "vllm/vllm-openai:v0", f"sha256:{digit * 64}", "b" * 64, 10)
+        images.mkdir(parents=True, exist_ok=True)
+        (images / "vllm.json").write_text(json.dumps(rec.to_json()))
+
+    v.sign(scan_fail_on=Severity.CRITICAL)
+    image("a")
+    make_model(v.draft, seed=101, vocab=128)  # the draft's vocabulary no longer the target's
+    (v.target / "generation_config.json").write_text('{"seed": 1, "seed": 2}')
+    v.sign(scan_fail_on=Severity.CRITICAL)
+    paths = _by_path(diff_bundle(v.mirror, "pair"))
+    vocab = paths["draft:compat.vocab-size"]
+    assert (vocab.area, vocab.kind, vocab.note) == ("compat", "added", "finding appeared")  # type: ignore[attr-defined]
+    assert vocab.runtime and vocab.gate  # type: ignore[attr-defined]
+    dup = paths["target:config.duplicate-key"]
+    assert (dup.area, dup.kind) == ("scan", "added")  # type: ignore[attr-defined]
+    assert not dup.gate, "below the report's fail_on: shown, not a gate change"  # type: ignore[attr-defined]
+    assert paths["vllm"].area == "image" and paths["vllm"].kind == "added"  # type: ignore[attr-defined]
+    image("c")
+    make_model(v.draft, seed=101)
+    (v.target / "generation_config.json").write_text('{"seed": 1}')
+    v.sign(scan_fail_on=Severity.CRITICAL)
+    paths = _by_path(diff_bundle(v.mirror, "pair"))
+    assert paths["draft:compat.vocab-size"].note == "finding disappeared"  # type: ignore[attr-defined]
+    assert paths["target:config.duplicate-key"].kind == "removed"  # type: ignore[attr-defined]
+    img = paths["vllm"]
+    assert img.kind == "changed" and img.runtime and img.after == sha256_bytes(  # type: ignore[attr-defined]
+        (images / "vllm.json").read_bytes())
 
 
 def test_transfer_set_before_import_and_trust(v: Versions, tmp_path: Path) -> None:

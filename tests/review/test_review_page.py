@@ -103,6 +103,15 @@ def test_hostile_name_and_template_stay_text(
     assert not handlers, handlers
     assert "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x" in dom  # shown, as text
     assert "chat template changed" in dom and "metadata.description" in dom
+    # findings with their evidence, then provenance (the signed record's commits)
+    assert dom.index('id="diff"') < dom.index('id="findings"') < dom.index('id="provenance"') \
+        < dom.index('id="approvals"')
+    findings = dom[dom.index('id="findings"'):dom.index('id="provenance"')]
+    assert "template.changed" in findings and "<dt>previous</dt>" in findings
+    rec = demo.mirror.load_bundle("demo")
+    provenance = dom[dom.index('id="provenance"'):dom.index('id="approvals"')]
+    assert rec.target.commit in provenance and rec.draft is not None
+    assert rec.draft.commit in provenance
 
 
 def _elements(dom: str) -> tuple[set[str], list[str]]:

@@ -200,3 +200,11 @@ def test_budget_is_enforced(tmp_path: Path) -> None:
     data = b"\x80\x02X" + (10_000).to_bytes(4, "little") + b"a" * 10_000 + b"."
     walk = walk_pickle(io.BytesIO(data), TORCH_ALLOWED, max_bytes=1000)
     assert [p.check_id for p in walk.problems] == ["pickle.budget"]
+
+
+def test_persistent_id_evidence_is_reproducible(scan_one: Scan) -> None:
+    """A persistent id holding values the walker does not model is quoted by their labels, never
+    by a memory address: two scans of the same bytes must give the same report (and digest)."""
+    rep = scan_one("model.pkl", b"\x80\x02(C\x03abcK\x01tQ.")
+    (finding,) = [f for f in rep.findings if f.check_id == "pickle.persistent-id"]
+    assert dict(finding.evidence)["pid"] == "(<bytes>, 1)"

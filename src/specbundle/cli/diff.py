@@ -9,6 +9,7 @@ from rich.text import Text
 
 from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, esc, print_json, print_table
+from specbundle.cli.oci import registry_options, store_opener
 from specbundle.errors import BehaviourChanged
 from specbundle.review import Change, DiffReport, diff_bundle
 from specbundle.review.diff import SideSummary
@@ -57,18 +58,22 @@ def _print(rep: DiffReport) -> None:
 @click.option("--fail-on-behaviour-change", "fail", is_flag=True,
               help="Exit 7 if a difference alters what runs or the admission gate.")
 @mirror_option
+@registry_options
 @json_option
 def command(bundle: str, old: str | None, new: str | None, trust: Path | None, fail: bool,
-            mirror_dir: Path | None, as_json: bool) -> None:
+            mirror_dir: Path | None, plain_http: bool, ca_bundle: Path | None,
+            auth_file: Path | None, as_json: bool) -> None:
     """Compare two versions of BUNDLE (default: the current one and the one before).
 
     FROM and TO: a version (3, v3, current, previous), `working` (the unsigned record the
-    next `sign` would seal), OTHER or OTHER@N (another bundle), or a transfer set folder
-    (before import). Changes are marked RUNTIME (what the engines serve or how they
-    speculate) and GATE (what admission or approval judges).
+    next `sign` would seal), OTHER or OTHER@N (another bundle), a transfer set folder
+    (before import), or oci://REGISTRY/REPO:TAG (before `oci pull`; verified under --trust
+    as the pull would, before anything is compared). Changes are marked RUNTIME (what the
+    engines serve or how they speculate) and GATE (what admission or approval judges).
     """
     policy = load_policy(trust) if trust is not None else None
-    rep = diff_bundle(open_mirror(mirror_dir), bundle, old, new, policy=policy)
+    rep = diff_bundle(open_mirror(mirror_dir), bundle, old, new, policy=policy,
+                      open_store=store_opener(plain_http, ca_bundle, auth_file))
     if as_json:
         print_json(rep.to_json())
     else:

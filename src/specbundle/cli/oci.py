@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +19,7 @@ from specbundle.errors import UsageError
 from specbundle.mirror import Mirror
 from specbundle.oci import (
     DEFAULT_CHUNK,
+    Backend,
     LayoutBackend,
     OciPullResult,
     PushResult,
@@ -36,15 +38,18 @@ from specbundle.render import RenderResult
 from specbundle.render.interface import RenderMeta
 from specbundle.render.paths import ensure_aliases
 from specbundle.render.targets import KubernetesOciTarget, OciModelSource
+from specbundle.review.sides import StoreOpener
 from specbundle.transfer import parse_size
 from specbundle.verify import load_policy
 
-__all__ = ["attach", "command", "export", "import_", "pull", "push", "render_from_registry"]
+__all__ = ["attach", "command", "export", "import_", "open_registry", "pull", "push",
+           "registry_options", "render_from_registry", "store_opener"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _registry_options(f: F) -> F:
+def registry_options(f: F) -> F:
+    """--plain-http, --ca-bundle, --auth-file: how a registry is reached (oci, diff)."""
     for opt in reversed([
         click.option("--plain-http", is_flag=True,
                      help="Talk HTTP, not HTTPS (loopback/test registries only)."),
@@ -58,14 +63,28 @@ def _registry_options(f: F) -> F:
     return f
 
 
-def _registry(text: str, plain_http: bool, ca_bundle: Path | None, auth_file: Path | None,
-              mirror_tmp: Path | None = None, chunk: int = DEFAULT_CHUNK,
-              mount_from: tuple[str, ...] = ()) -> tuple[RegistryBackend, str | None, str]:
+def open_registry(text: str, plain_http: bool, ca_bundle: Path | None, auth_file: Path | None,
+                  mirror_tmp: Path | None = None, chunk: int = DEFAULT_CHUNK,
+                  mount_from: tuple[str, ...] = ()) -> tuple[RegistryBackend, str | None, str]:
+    """The store ``text`` (REGISTRY/REPO[:TAG][@DIGEST]) names, its tag and the reference."""
     ref = parse_reference(text)
     opts = RegistryOptions(ca_bundle=ca_bundle, plain_http=plain_http,
                            credentials=find_credentials(ref.registry, auth_file),
                            chunk_size=chunk, state_dir=mirror_tmp, mount_from=mount_from)
     return RegistryBackend(ref, opts), ref.tag, ref.reference
+
+
+def store_opener(plain_http: bool, ca_bundle: Path | None, auth_file: Path | None
+                 ) -> StoreOpener:
+    """How ``diff`` and ``review`` reach an ``oci://`` operand (closed when they are done)."""
+    @contextmanager
+    def open_store(text: str) -> Iterator[tuple[Backend, str]]:
+        store, _, reference = open_registry(text, plain_http, ca_bundle, auth_file)
+        try:
+            yield store, reference
+        finally:
+            store.close()
+    return open_store
 
 
 def _print_push(res: PushResult, as_json: bool) -> None:
@@ -105,7 +124,7 @@ def command() -> None:
 @click.argument("bundle")
 @click.argument("target")
 @mirror_option
-@_registry_options
+@registry_options
 @click.option("--chunk-size", default="64M", show_default=True, help="Upload chunk size.")
 @click.option("--jobs", type=click.IntRange(1, 32), default=4, show_default=True,
               help="Parallel blob uploads.")
@@ -126,8 +145,8 @@ def push(bundle: str, target: str, mirror_dir: Path | None, plain_http: bool,
     for repo in mount_from:
         parse_reference(f"{parse_reference(target).registry}/{repo}")
     mirror = open_mirror(mirror_dir)
-    store, tag, _ = _registry(target, plain_http, ca_bundle, auth_file,
-                              mirror.tmp_dir / "oci-uploads", chunk, mount_from)
+    store, tag, _ = open_registry(target, plain_http, ca_bundle, auth_file,
+                                  mirror.tmp_dir / "oci-uploads", chunk, mount_from)
     total = sum(a.total_size for a in mirror.load_bundle(bundle).artifacts)
     try:
         with hash_progress(not as_json, total, "pushing") as progress:
@@ -142,7 +161,7 @@ def push(bundle: str, target: str, mirror_dir: Path | None, plain_http: bool,
 @mirror_option
 @click.option("--trust", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Trust policy (trust.yaml).")
-@_registry_options
+@registry_options
 @click.option("--render-aliases", is_flag=True,
               help="Also link bundles/<name>/render/models/{target,draft} (the paths rendered "
               "manifests read), as the Kubernetes init-container does.")
@@ -153,7 +172,7 @@ def pull(source: str, mirror_dir: Path | None, trust: Path, plain_http: bool,
     """Pull SOURCE (REGISTRY/REPO:TAG or REPO@sha256:...), verify it, then add it."""
     policy = load_policy(trust)
     mirror = open_mirror(mirror_dir, create=True)
-    store, _, reference = _registry(source, plain_http, ca_bundle, auth_file)
+    store, _, reference = open_registry(source, plain_http, ca_bundle, auth_file)
     try:
         with hash_progress(not as_json, None, "pulling") as progress:
             res = pull_bundle(store, reference, mirror, policy, progress=progress)
@@ -210,12 +229,12 @@ def import_(src: Path, tag: str | None, mirror_dir: Path | None, trust: Path,
 @click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @click.option("--artifact-type", default=BENCH_REPORT, show_default=True,
               help="Media type of the attached file.")
-@_registry_options
+@registry_options
 @json_option
 def attach(subject: str, file: Path, artifact_type: str, plain_http: bool,
            ca_bundle: Path | None, auth_file: Path | None, as_json: bool) -> None:
     """Attach FILE to SUBJECT (REGISTRY/REPO@sha256:... of a bundle index) as a referrer."""
-    store, _, reference = _registry(subject, plain_http, ca_bundle, auth_file)
+    store, _, reference = open_registry(subject, plain_http, ca_bundle, auth_file)
     try:
         digest = attach_file(store, reference, file.read_bytes(), artifact_type, file.name)
     finally:

@@ -28,6 +28,7 @@ from specbundle.errors import CorruptMirror, MirrorError, VerificationError
 from specbundle.mirror import trees
 from specbundle.mirror.lease import live_leases
 from specbundle.record import BundleRecord, FileEntry
+from specbundle.strict import MalformedDocument, read_mirror_file
 
 if TYPE_CHECKING:
     from specbundle.mirror.store import Mirror
@@ -109,6 +110,7 @@ def _remove(mirror: Mirror, p: Path) -> None:
             unlink_at(dfd, p.name)
 
 
+_MAX_REF_BYTES = 256  # a ref holds one commit id
 _PULL_LEFTOVERS = ("partial", ".rollback-", ".trash.")
 _STAGING = ("import-", "oci-")  # transfer-set imports and OCI pulls (specbundle.transfer)
 
@@ -241,12 +243,23 @@ def _gc_trees(mirror: Mirror, sels: dict[tuple[str, str], list[tuple[FileEntry, 
         for blob in _names(mirror, f"{mdir.name}/blobs"):
             if blob not in live:
                 _remove(mirror, mdir / "blobs" / blob)
-        for ref in sorted(p for p in (mdir / "refs").rglob("*") if p.is_file()):
-            if ref.read_text(errors="replace").strip() not in commits:
+        for ref in sorted(p for p in (mdir / "refs").rglob("*")
+                          if p.is_symlink() or not p.is_dir()):
+            if _ref_target(ref) not in commits:
                 _remove(mirror, ref)
         if not commits:
             _remove(mirror, mdir)
     return removed
+
+
+def _ref_target(ref: Path) -> str | None:
+    """The commit a ref names, or None for anything no writer made (a link, a FIFO, a device,
+    an oversized file): gc drops those with the refs to collected commits, never reading
+    through them."""
+    try:
+        return read_mirror_file(ref, max_bytes=_MAX_REF_BYTES).decode("ascii").strip()
+    except (MalformedDocument, UnicodeDecodeError, OSError):
+        return None
 
 
 def _gc_journals(mirror: Mirror, sels: dict[tuple[str, str], list[tuple[FileEntry, ...]]]) -> None:

@@ -12,8 +12,10 @@ does not expose "is somebody else holding this" for another process's lock file.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 import threading
 import uuid
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from specbundle._fsutil import disk_error
 from specbundle.digest import is_sha256
+from specbundle.errors import CorruptMirror
 
 if TYPE_CHECKING:
     from specbundle.mirror.store import Mirror
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["LEASE_DIR", "Lease", "live_leases"]
 
 LEASE_DIR = "leases"
+# a pin is a 64-hex digest and a newline: room for a million objects in one writer's run
+_MAX_LEASE_BYTES = 65 * 1_000_000
 
 
 class Lease:
@@ -82,25 +87,49 @@ class Lease:
 def live_leases(root: Path, *, reap: bool) -> tuple[int, set[str]]:
     """(number of live leases, digests they pin); call under the mirror lock.
 
-    With ``reap`` the files of dead writers are removed.
+    With ``reap`` the files of dead writers are removed, and so is anything in the lease folder
+    that is not a regular file (a link, a FIFO): no writer made it, and opening it could hang
+    gc or read another file. A live lease too large to be a writer's is refused, since gc
+    cannot know what it pins.
+
+    Raises:
+        CorruptMirror: a live lease holds more than a writer ever writes.
     """
     pins: set[str] = set()
     live = 0
     for p in sorted((root / LEASE_DIR).glob("*.lease")):
         try:
-            fd = os.open(p, os.O_RDONLY)
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             continue
+        except OSError as err:
+            if err.errno != errno.ELOOP:
+                raise disk_error(err, p, what="reading a writer lease at") from err
+            if reap:
+                p.unlink(missing_ok=True)
+            continue
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                if reap:
+                    p.unlink(missing_ok=True)
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 live += 1
-                text = p.read_text(encoding="ascii", errors="replace")
-                pins.update(x for x in text.split() if is_sha256(x))
+                pins.update(x for x in _read_pins(fd, p) if is_sha256(x))
                 continue
             if reap:  # nobody holds it: its writer died
                 p.unlink(missing_ok=True)
         finally:
             os.close(fd)
     return live, pins
+
+
+def _read_pins(fd: int, path: Path) -> list[str]:
+    """The pinned digests of a live lease, read from the descriptor that was checked."""
+    data = os.pread(fd, _MAX_LEASE_BYTES + 1, 0)
+    if len(data) > _MAX_LEASE_BYTES:
+        raise CorruptMirror(f"writer lease {path.name} is larger than {_MAX_LEASE_BYTES} bytes; "
+                            "gc cannot tell what it pins")
+    return data.decode("ascii", errors="replace").split()

@@ -15,11 +15,11 @@ The two seams that decide *what* travels are :mod:`specbundle.oci.contents` (pus
 from specbundle.oci.auth import Credentials, find_credentials
 from specbundle.oci.backend import Backend, BlobPush
 from specbundle.oci.layout import LayoutBackend
-from specbundle.oci.pull import OciPullResult, pull_bundle
+from specbundle.oci.pull import OciPullResult, look_bundle, pull_bundle
 from specbundle.oci.push import PushResult, push_bundle
 from specbundle.oci.ref import Reference, parse_reference
 from specbundle.oci.registry import DEFAULT_CHUNK, RegistryBackend, RegistryOptions
 
 __all__ = ["DEFAULT_CHUNK", "Backend", "BlobPush", "Credentials", "LayoutBackend",
            "OciPullResult", "PushResult", "Reference", "RegistryBackend", "RegistryOptions",
-           "find_credentials", "parse_reference", "pull_bundle", "push_bundle"]
+           "find_credentials", "look_bundle", "parse_reference", "pull_bundle", "push_bundle"]

@@ -12,7 +12,8 @@ last pull through it did is reported as moved.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,11 +43,11 @@ from specbundle.oci.media import (
     Descriptor,
     safe_rel,
 )
-from specbundle.oci.stage import Fetched, StageResult, stage_and_commit
+from specbundle.oci.stage import Fetched, StageResult, stage_and_commit, staged_copy
 from specbundle.strict import MalformedDocument, load_json_file, loads_json
-from specbundle.verify import TrustPolicy
+from specbundle.verify import TrustPolicy, VerifiedBundle
 
-__all__ = ["PULL_STATE", "OciPullResult", "pull_bundle"]
+__all__ = ["PULL_STATE", "OciPullResult", "look_bundle", "pull_bundle"]
 
 PULL_STATE = "oci/pulls.json"
 Progress = Callable[[int], None]
@@ -201,6 +202,33 @@ def _fetch(store: Backend, index_digest: str, index: dict[str, Any]) -> Fetched:
     return Fetched(index_digest, meta, sigs, [b for _, b in envs], objects, version)
 
 
+def _fetch_reference(store: Backend, reference: str) -> Fetched:
+    """The index ``reference`` names, pinned by the digest computed here, and what it lists."""
+    data, _ = store.get_manifest(reference, MAX_MANIFEST_BYTES)
+    digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
+    if reference.startswith("sha256:") and digest != reference:
+        raise VerificationError(f"{store.name}@{reference} returned content hashing to {digest}")
+    return _fetch(store, digest, _parse(data, "bundle index"))
+
+
+@contextmanager
+def look_bundle(store: Backend, reference: str, mirror: Mirror, policy: TrustPolicy, *,
+                progress: Progress | None = None) -> Iterator[VerifiedBundle]:
+    """The bundle ``reference`` names, fetched and verified exactly as :func:`pull_bundle`
+    does, in a staging copy removed on exit: to compare it before pulling (``diff``).
+    ``mirror`` gives the staging room, revocations, floors and objects it already holds; it
+    is not changed.
+
+    Raises:
+        VerificationError: as :func:`pull_bundle` (exit 3).
+        SourceUnavailable: the store cannot be reached or lacks the reference (exit 6).
+    """
+    fetched = _fetch_reference(store, reference)
+    with staged_copy(mirror, fetched, policy, store.open_blob, progress=progress,
+                     abort=store.abort) as verified:
+        yield verified
+
+
 def pull_bundle(store: Backend, reference: str, mirror: Mirror, policy: TrustPolicy, *,
                 progress: Progress | None = None) -> OciPullResult:
     """Pull the bundle ``reference`` (tag or ``sha256:`` digest) names into ``mirror``.
@@ -211,11 +239,8 @@ def pull_bundle(store: Backend, reference: str, mirror: Mirror, policy: TrustPol
         SourceUnavailable: the store cannot be reached or lacks the reference (exit 6).
     """
     mirror = Mirror.open(mirror.root, create=True)
-    data, _ = store.get_manifest(reference, MAX_MANIFEST_BYTES)
-    digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
-    if reference.startswith("sha256:") and digest != reference:
-        raise VerificationError(f"{store.name}@{reference} returned content hashing to {digest}")
-    fetched = _fetch(store, digest, _parse(data, "bundle index"))
+    fetched = _fetch_reference(store, reference)
+    digest = fetched.source
     staged = stage_and_commit(mirror, fetched, policy, store.open_blob, progress=progress,
                               abort=store.abort)
     source = f"{store.name}:{reference}" if not reference.startswith("sha256:") else \

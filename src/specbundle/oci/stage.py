@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from specbundle import _faults, ids
 from specbundle.attest import (
@@ -57,7 +59,7 @@ from specbundle.verify.anchors import open_anchored
 from specbundle.verify.policy import TrustedKey
 from specbundle.verify.revocations import revoked_fingerprints
 
-__all__ = ["Fetched", "StageResult", "stage_and_commit"]
+__all__ = ["Fetched", "StageResult", "stage_and_commit", "staged_copy"]
 
 _faults.register("oci.pull-object-staged", "oci.pull-object-committed", "oci.pull-files-written",
                  "oci.pull-objects-moved", "oci.pull-attestations-appended", "oci.pull-logged")
@@ -324,6 +326,80 @@ def _check_version(mirror: Mirror, name: str, v: int, man_bytes: bytes) -> None:
                                 "versions are immutable", hint="pull into another mirror")
 
 
+@dataclass(frozen=True)
+class _Picked:
+    """What of ``fetched`` the policy lets in: the manifest, its files, sigs and lines."""
+
+    man: BundleManifest
+    man_bytes: bytes
+    files: dict[str, bytes]
+    sigs: dict[str, bytes]
+    lines: list[bytes]
+    revoked: Mapping[str, str]
+    ignored: list[str]
+
+
+def _pick(mirror: Mirror, fetched: Fetched, policy: TrustPolicy) -> _Picked:
+    ignored: list[str] = []
+    revoked = revoked_fingerprints(mirror, policy)
+    manifests = [ln for ln in fetched.envelopes if _predicate_type(ln) == BUNDLE_MANIFEST_V1]
+    man, man_bytes = _pick_manifest(manifests, fetched.version, policy, revoked, ignored)
+    files = _version_files(fetched.meta_files, man)
+    sigs: dict[str, bytes] = {}
+    for art in man.record.artifacts:
+        sig = _pick_sig(art.role, art.repo, man.bundle, fetched.model_sigs.get(art.role, []),
+                        policy, revoked, ignored)
+        if sig is not None:
+            sigs[art.role] = sig
+    lines = _pick_envelopes([ln for ln in fetched.envelopes if ln not in manifests], policy,
+                            ignored)
+    return _Picked(man, man_bytes, files, sigs, lines, revoked, ignored)
+
+
+def _stage_verified(staging: Mirror, mirror: Mirror, p: _Picked, fetched: Fetched,
+                    policy: TrustPolicy, open_blob: OpenBlob, progress: Progress | None,
+                    workers: int, abort: Callable[[], None] | None
+                    ) -> tuple[VerifiedBundle, int, int]:
+    """Lay the version out in ``staging`` and verify it there against ``mirror``'s floors
+    and revocations: (verified, objects fetched, bytes fetched)."""
+    man = p.man
+    with discard_on_disk_error(staging, sum(fetched.objects.values())):
+        _write_version(staging, mirror, man, p.man_bytes, p.files, p.sigs, p.lines)
+        hashed, nbytes = _stage_objects(staging, mirror, man, fetched, open_blob, progress,
+                                        workers, abort)
+    try:
+        for art in man.record.artifacts:
+            staging.link_snapshot(art)
+    except MirrorError as err:
+        raise VerificationError(f"artifact is incomplete: {err.message}") from err
+    verified = verify_bundle(staging, man.bundle, policy, hashed=hashed, progress=progress,
+                             revoked=p.revoked, floors_of=mirror)
+    return verified, len(hashed), nbytes
+
+
+@contextmanager
+def staged_copy(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open_blob: OpenBlob,
+                *, progress: Progress | None = None, workers: int = 4,
+                abort: Callable[[], None] | None = None) -> Iterator[VerifiedBundle]:
+    """``fetched`` staged and verified exactly as :func:`stage_and_commit` would, then
+    handed out (a private staging mirror under ``mirror``'s ``tmp/``) instead of committed:
+    to look at a version before it is pulled. Removed on exit; ``mirror`` is not changed.
+
+    Raises:
+        VerificationError: as :func:`stage_and_commit` (the trust state's rollback floors
+            apply as verify applies them; only the commit's own version checks do not).
+        BundleVerificationFailed: the staged bundle fails verification (exit 3).
+    """
+    picked = _pick(mirror, fetched, policy)
+    root = Path(tempfile.mkdtemp(prefix="look-", dir=mirror.tmp_dir))
+    try:
+        staging = Mirror.open(root, create=True)
+        yield _stage_verified(staging, mirror, picked, fetched, policy, open_blob, progress,
+                              workers, abort)[0]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open_blob: OpenBlob,
                      *, progress: Progress | None = None, workers: int = 4,
                      abort: Callable[[], None] | None = None) -> StageResult:
@@ -334,37 +410,16 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
             unsafe or unsigned file, a rollback or a conflicting version (exit 3).
         BundleVerificationFailed: the staged bundle fails verification (exit 3).
     """
-    ignored: list[str] = []
-    revoked = revoked_fingerprints(mirror, policy)
-    manifests = [ln for ln in fetched.envelopes if _predicate_type(ln) == BUNDLE_MANIFEST_V1]
-    man, man_bytes = _pick_manifest(manifests, fetched.version, policy, revoked, ignored)
-    name = man.bundle
-    files = _version_files(fetched.meta_files, man)
-    sigs: dict[str, bytes] = {}
-    for art in man.record.artifacts:
-        sig = _pick_sig(art.role, art.repo, name, fetched.model_sigs.get(art.role, []), policy,
-                        revoked, ignored)
-        if sig is not None:
-            sigs[art.role] = sig
-    lines = _pick_envelopes([ln for ln in fetched.envelopes if ln not in manifests], policy,
-                            ignored)
+    p = _pick(mirror, fetched, policy)
+    man, man_bytes, lines, name = p.man, p.man_bytes, p.lines, p.man.bundle
     with staging_lock(mirror):
         with mirror.lock():
             _check_version(mirror, name, man.version, man_bytes)  # fail before fetching
         staging = Mirror.open(
             mirror.tmp_dir / f"oci-{fetched.source.removeprefix('sha256:')[:24]}", create=True)
         shutil.rmtree(staging.bundle_dir(name), ignore_errors=True)  # objects resume, not files
-        with discard_on_disk_error(staging, sum(fetched.objects.values())):
-            _write_version(staging, mirror, man, man_bytes, files, sigs, lines)
-            hashed, nbytes = _stage_objects(staging, mirror, man, fetched, open_blob, progress,
-                                            workers, abort)
-        try:
-            for art in man.record.artifacts:
-                staging.link_snapshot(art)
-        except MirrorError as err:
-            raise VerificationError(f"artifact is incomplete: {err.message}") from err
-        verified = verify_bundle(staging, name, policy, hashed=hashed, progress=progress,
-                                 revoked=revoked, floors_of=mirror)
+        verified, nobjects, nbytes = _stage_verified(staging, mirror, p, fetched, policy,
+                                                     open_blob, progress, workers, abort)
         with mirror.lock():
             check_log_floor(mirror)
             _check_version(mirror, name, verified.version, man_bytes)  # another writer won?
@@ -385,5 +440,5 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
                 # committed by a run whose event was lost (an older release logged last)
                 mirror.append_event("oci-pull", name, {**event, "attestations_added": 0})
         shutil.rmtree(staging.root, ignore_errors=True)
-    return StageResult(verified, "unchanged" if unchanged else "pulled", len(hashed), nbytes,
-                       added, tuple(ignored))
+    return StageResult(verified, "unchanged" if unchanged else "pulled", nobjects, nbytes,
+                       added, tuple(p.ignored))

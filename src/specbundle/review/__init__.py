@@ -8,11 +8,20 @@ lists each trust-policy requirement with who signed and who still must (:mod:`.a
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 from specbundle.errors import UsageError
 from specbundle.mirror import Mirror, versions
 from specbundle.review.approval import ApprovalStatus, Requirement, approval_status
 from specbundle.review.diff import DIFF_SCHEMA_ID, Change, DiffReport, diff_schema, diff_sides
-from specbundle.review.sides import Side, SignatureClaim, load_side
+from specbundle.review.sides import (
+    OCI_PREFIX,
+    OciAccess,
+    Side,
+    SignatureClaim,
+    StoreOpener,
+    load_side,
+)
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = ["DIFF_SCHEMA_ID", "ApprovalStatus", "Change", "DiffReport", "Requirement", "Side",
@@ -43,9 +52,17 @@ def default_refs(mirror: Mirror, bundle: str, old: str | None, new: str | None
 
 
 def diff_bundle(mirror: Mirror, bundle: str, old: str | None = None, new: str | None = None,
-                *, policy: TrustPolicy | None = None) -> DiffReport:
-    """Diff two versions of ``bundle`` (or a version against a transfer set / other bundle)."""
-    if versions.current_version(mirror, bundle) is None:
+                *, policy: TrustPolicy | None = None,
+                open_store: StoreOpener | None = None) -> DiffReport:
+    """Diff two versions of ``bundle`` (or a version against a transfer set, a registry's
+    version, or another bundle). ``open_store`` reaches ``oci://`` operands; their verified
+    copies are removed before this returns."""
+    external = old is not None and new is not None and all(
+        r.startswith(OCI_PREFIX) or "/" in r for r in (old, new))
+    if not external and versions.current_version(mirror, bundle) is None:
         mirror.load_bundle(bundle)  # BundleNotFound for an unknown name
     a, b = default_refs(mirror, bundle, old, new)
-    return diff_sides(load_side(mirror, bundle, a, policy), load_side(mirror, bundle, b, policy))
+    with ExitStack() as stack:
+        oci = OciAccess(open_store, stack) if open_store is not None else None
+        return diff_sides(load_side(mirror, bundle, a, policy, oci=oci),
+                          load_side(mirror, bundle, b, policy, oci=oci))

@@ -11,6 +11,7 @@ have written). Template: ``templates/review/review.html.j2``.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,7 +25,7 @@ from specbundle.mirror import Mirror, utc_now, versions
 from specbundle.render.targets import templates_dir
 from specbundle.review.approval import ApprovalStatus, approval_status
 from specbundle.review.diff import DiffReport, diff_sides
-from specbundle.review.sides import Side, load_side
+from specbundle.review.sides import OCI_PREFIX, OciAccess, Side, StoreOpener, load_side
 from specbundle.strict import MalformedDocument, loads_json
 from specbundle.verify.policy import TrustPolicy
 
@@ -172,18 +173,28 @@ def _last_approved(mirror: Mirror, bundle: str, version: int, policy: TrustPolic
 
 
 def build_review(mirror: Mirror, bundle: str, *, version: str = "current",
-                 against: str | None = None, policy: TrustPolicy | None = None) -> Review:
-    """Gather the page: the version under review and what it is compared with."""
-    if versions.current_version(mirror, bundle) is None and version != "working":
+                 against: str | None = None, policy: TrustPolicy | None = None,
+                 open_store: StoreOpener | None = None) -> Review:
+    """Gather the page: the version under review and what it is compared with.
+    ``open_store`` reaches ``oci://`` operands (verified copies removed before returning)."""
+    with ExitStack() as stack:
+        oci = OciAccess(open_store, stack) if open_store is not None else None
+        return _build(mirror, bundle, version, against, policy, oci)
+
+
+def _build(mirror: Mirror, bundle: str, version: str, against: str | None,
+           policy: TrustPolicy | None, oci: OciAccess | None) -> Review:
+    if versions.current_version(mirror, bundle) is None and version != "working" \
+            and not version.startswith(OCI_PREFIX):
         mirror.load_bundle(bundle)  # BundleNotFound for an unknown name
-    side = load_side(mirror, bundle, version, policy)
+    side = load_side(mirror, bundle, version, policy, oci=oci)
     in_mirror = side.version is not None and side.label == f"{bundle} v{side.version}"
     if against is None and in_mirror and side.version is not None and side.version > 1:
         against = (_last_approved(mirror, bundle, side.version, policy) if policy
                    else str(side.version - 1))
     elif against is None and not in_mirror and versions.current_version(mirror, bundle):
         against = "current"  # the working record before sign, a transfer set before import
-    old = load_side(mirror, bundle, against, policy) if against is not None else None
+    old = load_side(mirror, bundle, against, policy, oci=oci) if against is not None else None
     approval = approval_status(mirror, bundle, policy, version=side.version) \
         if policy is not None and in_mirror else None
     log = mirror.read_bundle_file(bundle, "attestations.jsonl")

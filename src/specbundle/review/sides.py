@@ -2,17 +2,21 @@
 
 A :class:`Side` is a signed version in the mirror (``3``, ``current``), the unsigned working
 record the next ``sign`` would seal (``working``), another bundle's version (``other@2``), or
-the version a transfer set carries before it is imported (a folder holding ``index.json``).
+the version a transfer set carries before it is imported (a folder holding ``index.json``),
+or the version a registry holds before it is pulled (``oci://REGISTRY/REPO:TAG``).
 Every byte read here is untrusted: manifests are parsed by the same strict parser verify
 uses (identifiers checked before they reach a path), and a signature is reported as
 *verified* only when it checks against a key of the trust policy given; without one, the
-signatures are listed as the unauthenticated claims they are.
+signatures are listed as the unauthenticated claims they are. A registry's version is
+never compared unverified: it is fetched and verified exactly as ``oci pull`` does, into a
+staging copy that lives until the comparison is done, so a policy is required for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specbundle import ids
@@ -22,19 +26,34 @@ from specbundle.digest import sha256_bytes
 from specbundle.errors import MirrorError, SpecbundleError, UsageError, VerificationError
 from specbundle.mirror import Mirror, versions
 from specbundle.mirror.versions import SCAN_REPORT, manifest_rel, version_rel
+from specbundle.oci import Backend, look_bundle
 from specbundle.record import BundleRecord
 from specbundle.scan.findings import ScanReport
 from specbundle.strict import MalformedDocument, loads_json, read_bounded
 from specbundle.transfer import read_index
 from specbundle.verify.policy import TrustPolicy
 
-__all__ = ["COVERS", "Side", "SignatureClaim", "load_side", "read_limited"]
+__all__ = ["COVERS", "OCI_PREFIX", "OciAccess", "Side", "SignatureClaim", "StoreOpener",
+           "load_side", "read_limited"]
 
 #: Largest object read to compare its content (tokenizer_config.json with a chat template).
 MAX_COMPARED_BYTES = 4 * 1024 * 1024
 _ATTESTATIONS = "attestations.jsonl"
 
 Reader = Callable[[str], bytes | None]
+#: What makes a diff operand a registry reference: ``oci://REGISTRY/REPO[:TAG][@sha256:HEX]``.
+OCI_PREFIX = "oci://"
+#: REGISTRY/REPO:TAG -> the open store and the reference (tag or digest) to read in it.
+StoreOpener = Callable[[str], AbstractContextManager[tuple[Backend, str]]]
+
+
+@dataclass(frozen=True)
+class OciAccess:
+    """How ``oci://`` operands are reached, and what keeps their verified copies until the
+    comparison is done (closing ``stack`` closes the stores and removes the copies)."""
+
+    open_store: StoreOpener
+    stack: ExitStack
 
 
 @dataclass(frozen=True)
@@ -244,22 +263,43 @@ def _transfer_side(folder: Path, policy: TrustPolicy | None) -> Side:
     return side
 
 
-def load_side(mirror: Mirror, bundle: str, ref: str, policy: TrustPolicy | None) -> Side:
+def _oci_side(mirror: Mirror, ref: str, policy: TrustPolicy | None,
+              oci: OciAccess | None) -> Side:
+    """A registry's version, verified as ``oci pull`` verifies it, then read like the mirror's."""
+    if oci is None:
+        raise UsageError(f"{ref!r}: registry references are not read here")
+    if policy is None:
+        raise UsageError(f"{ref!r}: a bundle in a registry is compared only once it verifies",
+                         hint="give the trust policy: --trust trust.yaml")
+    text = ref.removeprefix(OCI_PREFIX)
+    store, reference = oci.stack.enter_context(oci.open_store(text))
+    verified = oci.stack.enter_context(look_bundle(store, reference, mirror, policy))
+    side = _mirror_side(verified.mirror, verified.name, str(verified.version), policy)
+    return replace(side, label=f"{side.label} at {text}")
+
+
+def load_side(mirror: Mirror, bundle: str, ref: str, policy: TrustPolicy | None, *,
+              oci: OciAccess | None = None) -> Side:
     """Resolve one diff operand.
 
     ``ref``: ``N``/``vN``, ``current``, ``previous``, ``working``, ``OTHER`` or ``OTHER@N``
-    (another bundle of the mirror), or the path of a transfer set folder.
+    (another bundle of the mirror), the path of a transfer set folder, or ``oci://`` and a
+    registry reference (read through ``oci``, verified under ``policy`` first).
 
     Raises:
-        UsageError: a reference that names nothing.
-        VerificationError: a manifest that is malformed.
+        UsageError: a reference that names nothing; a registry reference without a policy.
+        VerificationError: a manifest that is malformed; a registry's bundle that does not
+            verify (exit 3).
         BundleNotFound: a bundle name the mirror does not hold.
     """
+    if ref.startswith(OCI_PREFIX):
+        return _oci_side(mirror, ref, policy, oci)
     path = Path(ref)
     if ("/" in ref or ref.startswith(".")) and (path / "index.json").is_file():
         return _transfer_side(path, policy)
     if "/" in ref:
-        raise UsageError(f"{ref!r} is not a transfer set folder (no index.json)")
+        raise UsageError(f"{ref!r} is not a transfer set folder (no index.json)",
+                         hint=f"a registry reference is written {OCI_PREFIX}REGISTRY/REPO:TAG")
     name, _, version = ref.partition("@")
     if version or (name and not name.lstrip("v").isdigit()
                    and name not in ("current", "previous", "working")):

@@ -26,11 +26,24 @@ _KNOWN_OPS = frozenset(op.name for op in pickletools.opcodes)
 
 
 class _Opaque:
-    """A stack value the walker does not model."""
+    """A stack value the walker does not model.
+
+    Its repr is its label, never the default ``<... at 0x...>``: findings quote stack values as
+    evidence, and a memory address would make two scans of the same bytes report differently.
+    """
+
+    __slots__ = ("label",)
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __repr__(self) -> str:
+        return f"<{self.label}>"
 
 
-_OPAQUE = _Opaque()
-_BYTES = _Opaque()  # a bytes literal (BINBYTES...): the one opaque value a bytes call may take
+_OPAQUE = _Opaque("opaque")
+# a bytes literal (BINBYTES...): the one opaque value a bytes call may take
+_BYTES = _Opaque("bytes")
 
 
 @dataclass(frozen=True)
