@@ -45,6 +45,7 @@ def _clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("SPECBUNDLE_EXPORT_STATE", str(tmp_path / "export-state.json"))
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     yield
     os.environ.pop("SPECBUNDLE_DEBUG", None)

@@ -9,20 +9,24 @@ no ``finally`` block, no atexit handler, no flush.
 
 Points are named ``<stage>.<step>`` (``pull.object-renamed``, ``import.ref-flipped``);
 :data:`REGISTERED` lists every name the code declares, so a test can iterate all of them and a
-typo in a test fails loudly instead of never firing.
+typo in a test fails loudly instead of never firing. In-process tests may also :func:`hook` a
+point to act at that exact moment (a race: swap a folder for a link between check and use).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Callable, Iterator
 
-__all__ = ["ENV", "REGISTERED", "point", "register"]
+__all__ = ["ENV", "REGISTERED", "hook", "point", "register"]
 
 ENV = "SPECBUNDLE_CRASH_AT"
 REGISTERED: set[str] = set()
 _counts: dict[str, int] = {}
 _lock = threading.Lock()
+_hooks: dict[str, Callable[[object], None]] = {}
 
 
 def register(*names: str) -> None:
@@ -30,8 +34,23 @@ def register(*names: str) -> None:
     REGISTERED.update(names)
 
 
-def point(name: str) -> None:
+@contextlib.contextmanager
+def hook(name: str, fn: Callable[[object], None]) -> Iterator[None]:
+    """Call ``fn(detail)`` whenever ``point(name, detail)`` is reached in this process (tests)."""
+    if name not in REGISTERED:
+        raise KeyError(f"no commit point named {name!r}")
+    _hooks[name] = fn
+    try:
+        yield
+    finally:
+        _hooks.pop(name, None)
+
+
+def point(name: str, detail: object = None) -> None:
     """A commit point: dies here when ``SPECBUNDLE_CRASH_AT`` names it (tests only)."""
+    fn = _hooks.get(name)
+    if fn is not None:
+        fn(detail)
     want = os.environ.get(ENV)
     if not want:
         return

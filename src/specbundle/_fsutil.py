@@ -10,17 +10,19 @@ import contextlib
 import errno
 import json
 import os
+import secrets
 import shutil
-import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from specbundle import _faults
 from specbundle.errors import CorruptMirror, DiskError
 
 __all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_json", "canonical_json",
-           "disk_error", "fsync_dir", "real_dir"]
+           "disk_error", "fsync_dir", "json_bytes", "open_dir", "real_dir", "rename_at",
+           "unlink_at", "write_at"]
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
@@ -50,42 +52,136 @@ def disk_error(err: OSError, path: Path, *, need: int | None = None,
                      hint="the previous state was kept")
 
 
-def real_dir(root: Path, rel: str | PurePosixPath = "", *, create: bool = True) -> Path:
-    """``root/rel`` as a real directory, for writing into a folder someone else may write.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_faults.register("fs.dir-opened")
 
-    Every component below ``root`` must be a directory and never a symbolic link (checked
-    with ``lstat``, created when missing and ``create`` is set): a link or a file planted in a
-    mirror's ``bundles/<name>/render`` (or anywhere on the way) would otherwise make a writer
-    replace or delete a folder outside the mirror. ``root`` itself is the caller's (e.g. the
-    mirror root the operator named). The one rule every writer into a mirror uses.
+
+def _planted(where: Path) -> CorruptMirror:
+    kind = "a symbolic link" if where.is_symlink() else "not a folder"
+    return CorruptMirror(f"refusing to write through {where}: it is {kind}",
+                         hint="someone planted it in the mirror; remove it and rerun")
+
+
+def _open_child(parent: int, part: str, where: Path, create: bool) -> int:
+    """Open one component below ``parent`` (no-follow), creating it when missing."""
+    for attempt in (0, 1):
+        try:
+            return os.open(part, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if not create or attempt:
+                raise
+            try:
+                os.mkdir(part, 0o755, dir_fd=parent)
+            except FileExistsError:
+                pass  # created meanwhile: the open below checks what it is
+            except OSError as err:
+                raise disk_error(err, where, what="creating") from err
+        except OSError as err:
+            if err.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise _planted(where) from None
+            raise disk_error(err, where, what="opening") from err
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def open_dir(root: Path, rel: str | PurePosixPath = "", *, create: bool = True) -> Iterator[int]:
+    """A directory fd on ``root/rel`` for writing into a folder someone else may write.
+
+    Every component below ``root`` is opened relative to the one above it with
+    ``O_NOFOLLOW | O_DIRECTORY`` (created when missing and ``create`` is set), so it is a real
+    directory, never a link or a file planted in a mirror's ``bundles/<name>/render`` (which
+    would make a writer replace or delete a folder outside the mirror). Writers act on the
+    final component through this fd (:func:`write_at`, :func:`rename_at`, :func:`unlink_at`):
+    a folder swapped for a link after the check cannot redirect them, since the fd names the
+    directory that was checked, not the path. ``root`` itself is the caller's (e.g. the mirror
+    root the operator named).
 
     Raises:
         CorruptMirror: a component is a symbolic link or not a directory (exit 3).
         DiskError: a missing component cannot be created.
+        FileNotFoundError: a component is missing and ``create`` is false.
     """
-    cur = root
-    for part in PurePosixPath(rel).parts:
-        if part in (".", "..", "/"):
-            raise CorruptMirror(f"refusing to write through {root}/{rel}: unsafe component")
-        cur = cur / part
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as err:
+        raise disk_error(err, root, what="opening") from err
+    try:
+        cur = root
+        for part in PurePosixPath(rel).parts:
+            if part in (".", "..", "/"):
+                raise CorruptMirror(f"refusing to write through {root}/{rel}: unsafe component")
+            cur = cur / part
+            nxt = _open_child(fd, part, cur, create)
+            os.close(fd)
+            fd = nxt
+        _faults.point("fs.dir-opened", cur)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def real_dir(root: Path, rel: str | PurePosixPath = "", *, create: bool = True) -> Path:
+    """``root/rel`` checked (and created) as by :func:`open_dir`, as a path.
+
+    For a caller that hands the folder to something that takes paths (a child process, a
+    temp-file API); a writer that renames or deletes inside it uses :func:`open_dir`.
+    """
+    try:
+        with open_dir(root, rel, create=create):
+            pass
+    except FileNotFoundError:
+        if create:
+            raise
+    return root / rel
+
+
+def write_at(dfd: int, name: str, data: bytes, where: Path, mode: int = 0o644) -> None:
+    """Atomically replace ``name`` in the directory ``dfd`` (temp file, fsync, rename).
+
+    ``where`` is the folder's path, for messages only. A disk failure leaves ``name`` as it
+    was, removes the temp file and raises :class:`DiskError` naming the path.
+    """
+    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    created = False
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=dfd)
+        created = True
         try:
-            st = os.lstat(cur)
-        except FileNotFoundError:
-            if not create:
-                return cur
-            try:
-                cur.mkdir(0o755)
-            except FileExistsError:
-                st = os.lstat(cur)  # created meanwhile: check what it is
-            except OSError as err:
-                raise disk_error(err, cur, what="creating") from err
-            else:
-                continue
-        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-            kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a folder"
-            raise CorruptMirror(f"refusing to write through {cur}: it is {kind}",
-                                hint="someone planted it in the mirror; remove it and rerun")
-    return cur
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        created = False
+        os.fsync(dfd)
+    except BaseException as err:
+        if created:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+        if isinstance(err, OSError):
+            raise disk_error(err, where / name, need=len(data)) from err
+        raise
+
+
+def rename_at(src_dfd: int, src: str, dst_dfd: int, dst: str) -> None:
+    """Rename ``src`` (in folder ``src_dfd``) over ``dst`` (in ``dst_dfd``), then flush both."""
+    os.rename(src, dst, src_dir_fd=src_dfd, dst_dir_fd=dst_dfd)
+    os.fsync(dst_dfd)
+    if src_dfd != dst_dfd:
+        os.fsync(src_dfd)
+
+
+def unlink_at(dfd: int, name: str, *, missing_ok: bool = True) -> None:
+    """Remove the file ``name`` from the folder ``dfd`` (never what a link there names)."""
+    try:
+        os.unlink(name, dir_fd=dfd)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
 
 
 def fsync_dir(path: Path) -> None:
@@ -143,10 +239,13 @@ def canonical_json(value: Any) -> bytes:
     ).encode("utf-8")
 
 
+def json_bytes(value: Any, *, pretty: bool = True) -> bytes:
+    """JSON as stored: pretty (sorted, indented, newline-terminated) for humans, or canonical."""
+    if pretty:
+        return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+    return canonical_json(value)
+
+
 def atomic_write_json(path: Path, value: Any, *, pretty: bool = True) -> None:
     """Write JSON atomically; pretty for humans, canonical when ``pretty`` is false."""
-    if pretty:
-        data = (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
-    else:
-        data = canonical_json(value)
-    atomic_write_bytes(path, data)
+    atomic_write_bytes(path, json_bytes(value, pretty=pretty))

@@ -20,7 +20,13 @@ from specbundle.attest import (
     pae,
     sign_envelope,
 )
-from specbundle.errors import BundleNotFound, EnvironmentProblem, UsageError, VerificationError
+from specbundle.errors import (
+    BundleNotFound,
+    CorruptMirror,
+    EnvironmentProblem,
+    UsageError,
+    VerificationError,
+)
 from specbundle.mirror import Mirror
 from tests.sign.helpers import pulled_bundle
 
@@ -145,11 +151,15 @@ def test_attestation_log_appends_reads_and_survives_a_torn_line(tmp_path: Path) 
         fh.write(b'{"payload": "tor')  # a crash mid-append
     with mirror.lock():
         line = attest.append_attestation(mirror, rec.name, attest.sign_statement(st, [key]))
-    assert line == 3
+    assert line == 2  # the torn fragment was never committed: cut, not kept as a bad line
     problems: list[str] = []
     envs = attest.read_attestations(mirror, rec.name, problems=problems)
-    assert len(envs) == 2 and problems and "line 2" in problems[0]
-    with pytest.raises(VerificationError, match="line 2"):
+    assert len(envs) == 2 and not problems
+    with path.open("ab") as fh:  # damage before the tail: no append extends it
+        fh.write(b"{garbage\n")
+    with mirror.lock(), pytest.raises(CorruptMirror, match="line 3"):
+        attest.append_attestation(mirror, rec.name, attest.sign_statement(st, [key]))
+    with pytest.raises(VerificationError, match="line 3"):
         attest.read_attestations(mirror, rec.name)
     with pytest.raises(BundleNotFound):
         attest.append_attestation(mirror, "nope", envs[0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,31 @@ def test_mirror_ls_with_a_non_object_spec(signed: Signed,
     doc["spec"] = [1, 2]
     path.write_text(json.dumps(doc))
     code, _, err = run_cli(capsys, "mirror", "ls", "--mirror", str(signed.mirror.root))
-    assert code != 1 and "internal" not in err and "spec and artifacts must be" in err, err
+    assert code == 3 and "spec and artifacts must be" in err, err
+    assert _one_line(err), err
+
+
+def _one_line(err: str) -> bool:
+    """One error line (plus its hint), never a traceback or an internal error."""
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("  hint")]
+    return len(lines) == 1 and "Traceback" not in err and "internal" not in err
+
+
+def _key_file(signed: Signed) -> str:
+    from specbundle import attest
+
+    key = signed.tmp / "key.pem"
+    if not key.exists():
+        attest.write_private_key(signed.key, key)
+    return str(key)
+
+
+def _garble_middle(path: Path) -> bytes:
+    path.chmod(0o644)
+    lines = path.read_bytes().splitlines()
+    assert len(lines) >= 2
+    path.write_bytes(b"\n".join([lines[0], b"{garbage", *lines[1:]]) + b"\n")
+    return path.read_bytes()
 
 
 @pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'{"payload": 5}',
@@ -30,48 +55,56 @@ def test_sign_refuses_to_chain_to_a_corrupt_current_manifest(
     path = signed.mirror.bundle_dir("pair") / versions.manifest_rel(1)
     path.chmod(0o644)
     path.write_bytes(body)
-    key = signed.tmp / "key.pem"
-    from specbundle import attest
-
-    attest.write_private_key(signed.key, key)
     code, _, err = run_cli(capsys, "sign", "pair", "--mirror", str(signed.mirror.root),
-                           "--key", str(key))
+                           "--key", _key_file(signed))
     assert code == 3, err
-    assert "is corrupt" in err and len([ln for ln in err.splitlines()
-                                        if not ln.startswith("  hint")]) == 1, err
+    assert "is corrupt" in err and _one_line(err), err
     assert versions.current_version(signed.mirror, "pair") == 1
 
 
-@pytest.mark.parametrize("what", ["model.sig", "scan report", "attestation line"])
-def test_export_refuses_what_import_would_refuse(signed: Signed, what: str) -> None:
-    from specbundle.errors import VerificationError
-    from specbundle.transfer import export_bundle
+@pytest.mark.parametrize("log", ["attestations", "events"])
+def test_sign_never_extends_a_log_garbled_in_the_middle(
+        signed: Signed, log: str, capsys: pytest.CaptureFixture[str]) -> None:
+    bdir = signed.mirror.bundle_dir("pair")
+    path = bdir / "attestations.jsonl" if log == "attestations" else signed.mirror.events_path
+    others = [bdir / "attestations.jsonl", signed.mirror.events_path]
+    before = {p: p.read_bytes() for p in others}
+    garbled = _garble_middle(path)
+    code, _, err = run_cli(capsys, "sign", "pair", "--mirror", str(signed.mirror.root),
+                           "--key", _key_file(signed))
+    # fail closed before anything is committed: no new version, no line after the damage
+    assert code == 3, err
+    assert "line 2" in err and _one_line(err), err
+    assert path.read_bytes() == garbled
+    assert all(p.read_bytes() == before[p] for p in others if p != path)
+    assert versions.current_version(signed.mirror, "pair") == 1
+    assert not (bdir / versions.version_rel(2)).exists()
 
+
+@pytest.mark.parametrize("what", ["model.sig", "scan report", "attestation line"])
+def test_export_refuses_what_import_would_refuse(signed: Signed, what: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
     bdir = signed.mirror.bundle_dir("pair")
     if what == "model.sig":
         path = bdir / versions.version_rel(1, versions.model_sig_rel("draft"))
     elif what == "scan report":
         path = bdir / versions.version_rel(1, versions.SCAN_REPORT)
+    if what == "attestation line":
+        _garble_middle(bdir / "attestations.jsonl")
     else:
-        path = bdir / "attestations.jsonl"
-    path.chmod(0o644)
-    lines = path.read_bytes().splitlines()
-    garbage = b"{garbage"
-    body = [*lines[:1], garbage, *lines[1:]] if what == "attestation line" else [garbage]
-    path.write_bytes(b"\n".join(body) + b"\n")
+        path.chmod(0o644)
+        path.write_bytes(b"{garbage\n")
     out = signed.tmp / "set"
-    with pytest.raises(VerificationError):
-        export_bundle(signed.mirror, "pair", out, [signed.key])
+    code, _, err = run_cli(capsys, "export", "pair", "--to", str(out), "--mirror",
+                           str(signed.mirror.root), "--key", _key_file(signed))
+    assert code == 3 and _one_line(err), err
     assert not out.exists() or not any(out.iterdir())
 
 
 def test_verify_never_extends_an_event_log_corrupt_in_the_middle(
         signed: Signed, capsys: pytest.CaptureFixture[str]) -> None:
     log = signed.mirror.events_path
-    lines = log.read_bytes().splitlines()
-    assert len(lines) >= 2
-    log.write_bytes(b"\n".join([lines[0], b"{garbage", *lines[1:]]) + b"\n")
-    before = log.read_bytes()
+    before = _garble_middle(log)
     code, _, err = run_cli(capsys, "verify", "pair", "--mirror", str(signed.mirror.root),
                            "--trust", str(signed.policy_path))
     # fail closed: a garbled line could hide a revocation, so nothing verifies against this

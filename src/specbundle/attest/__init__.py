@@ -102,7 +102,9 @@ from specbundle.attest.keys import (
 from specbundle.attest.log import (
     ATTESTATIONS_FILE,
     append_attestation,
+    append_lines,
     attestations_path,
+    check_attestation_log,
     read_attestations,
 )
 from specbundle.attest.oms import (
@@ -178,9 +180,11 @@ __all__ = [
     "UntrustedCertificate",
     "WrongPredicateType",
     "append_attestation",
+    "append_lines",
     "artifact_subjects",
     "attestations_path",
     "build_model_sig",
+    "check_attestation_log",
     "check_envelope",
     "check_statement",
     "generate_key",

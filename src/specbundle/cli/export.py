@@ -11,6 +11,7 @@ from specbundle.cli._options import json_option, mirror_option, open_mirror
 from specbundle.cli._output import console, print_json
 from specbundle.errors import UsageError
 from specbundle.transfer import export_bundle, parse_size
+from specbundle.verify.floors import export_state_path
 
 __all__ = ["command"]
 
@@ -28,10 +29,15 @@ __all__ = ["command"]
               help="Split into chunks of this size for removable media (e.g. 4G, 700M).")
 @click.option("--index-version", type=click.IntRange(1), default=None,
               help="Index version (default: one above this mirror's last export).")
+@click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None,
+              help="The exporter's floor file, outside the mirror (default: "
+                   "$SPECBUNDLE_EXPORT_STATE, else ~/.local/state/specbundle/export-state.json):"
+                   " a log or version rolled back below an earlier export is refused.")
 @json_option
 def command(bundle: str, out_dir: Path, mirror_dir: Path | None, key_paths: tuple[Path | str, ...],
             passphrase_file: Path | None, chunk_size: str | None, index_version: int | None,
-            as_json: bool) -> None:
+            state_path: Path | None, as_json: bool) -> None:
     """Write BUNDLE's objects, signatures, attestations and manifests plus a signed index."""
     try:
         size = parse_size(chunk_size) if chunk_size else None
@@ -42,7 +48,8 @@ def command(bundle: str, out_dir: Path, mirror_dir: Path | None, key_paths: tupl
     total = sum(a.total_size for a in mirror.load_bundle(bundle).artifacts)
     with hash_progress(not as_json, total, "exporting") as progress:
         res = export_bundle(mirror, bundle, out_dir, keys, chunk_size=size,
-                            version=index_version, progress=progress)
+                            version=index_version, progress=progress,
+                            state=(state_path or export_state_path()).absolute())
     info = {"bundle": res.bundle, "to": str(res.out_dir), "version": res.version,
             "parts": res.parts, "bytes": res.bytes, "chunks": res.chunks,
             "index_sha256": res.index_sha256}

@@ -12,7 +12,9 @@ lock, anything else once it is older than :data:`TMP_GRACE_S`.
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING
 import filelock
 
 from specbundle import _faults
+from specbundle._fsutil import open_dir, unlink_at
 from specbundle.errors import CorruptMirror, MirrorError, VerificationError
 from specbundle.mirror import trees
 from specbundle.mirror.lease import live_leases
@@ -69,6 +72,15 @@ def _records(mirror: Mirror) -> list[BundleRecord]:
     return out
 
 
+def _names(mirror: Mirror, rel: str) -> list[str]:
+    """The entries of the mirror folder ``rel`` (checked as by ``open_dir``), sorted."""
+    try:
+        with open_dir(mirror.root, rel, create=False) as dfd, os.scandir(dfd) as it:
+            return sorted(e.name for e in it)
+    except FileNotFoundError:
+        return []
+
+
 def _newest_mtime(p: Path) -> float:
     try:
         newest = p.lstat().st_mtime
@@ -83,11 +95,19 @@ def _newest_mtime(p: Path) -> float:
     return newest
 
 
-def _remove(p: Path) -> None:
-    if p.is_dir() and not p.is_symlink():
-        shutil.rmtree(p, ignore_errors=True)
-    else:
-        p.unlink(missing_ok=True)
+def _remove(mirror: Mirror, p: Path) -> None:
+    """Remove ``p`` (a file, link or folder inside the mirror) through its folder's checked fd:
+    a parent swapped for a link makes gc refuse, never delete what the link names."""
+    rel = p.parent.relative_to(mirror.root)
+    with open_dir(mirror.root, rel.as_posix(), create=False) as dfd:
+        try:
+            st = os.stat(p.name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(p.name, dir_fd=dfd, ignore_errors=True)
+        else:
+            unlink_at(dfd, p.name)
 
 
 _MAX_REF_BYTES = 256  # a ref holds one commit id
@@ -104,7 +124,7 @@ def reclaim_partials(mirror: Mirror) -> bool:
         return False
     gone = [p for p in tmp.iterdir() if p.name.startswith(_PULL_LEFTOVERS)]
     for p in gone:
-        _remove(p)
+        _remove(mirror, p)
     return bool(gone)
 
 
@@ -134,7 +154,7 @@ def _reclaim_tmp(mirror: Mirror, live: int, dry: bool) -> list[str]:
             continue
         removed.append(f"tmp/{p.name}")
         if not dry:
-            _remove(p)
+            _remove(mirror, p)
     return removed
 
 
@@ -151,15 +171,19 @@ def collect(mirror: Mirror, *, dry_run: bool = False) -> GcResult:
             for a in r.artifacts:
                 sels.setdefault((a.repo, a.commit), []).append(a.files)
         removed, freed, kept = [], 0, 0
-        for obj in sorted((mirror.root / "objects" / "sha256").glob("*/*")):
-            if obj.name in live:
-                kept += 1
-                continue
-            removed.append(obj.name)
-            freed += obj.stat().st_size
-            if not dry_run:
-                obj.unlink()
-                _faults.point("gc.object-removed")
+        for prefix in _names(mirror, "objects/sha256"):
+            with open_dir(mirror.root, f"objects/sha256/{prefix}", create=False) as dfd:
+                with os.scandir(dfd) as it:
+                    objs = sorted(e.name for e in it)
+                for obj in objs:  # relative to the checked folder: a planted link is refused
+                    if obj in live:
+                        kept += 1
+                        continue
+                    removed.append(obj)
+                    freed += os.stat(obj, dir_fd=dfd, follow_symlinks=False).st_size
+                    if not dry_run:
+                        unlink_at(dfd, obj)
+                        _faults.point("gc.object-removed")
         removed_trees = _gc_trees(mirror, sels, live, dry_run)
         removed_tmp = _reclaim_tmp(mirror, live_writers, dry_run)
         if not dry_run:
@@ -207,24 +231,24 @@ def _gc_trees(mirror: Mirror, sels: dict[tuple[str, str], list[tuple[FileEntry, 
             if snap.name not in commits:
                 removed.append(f"{mdir.name}/snapshots/{snap.name}")
                 if not dry:
-                    _remove(snap)
+                    _remove(mirror, snap)
         for tree in sorted((mdir / trees.TREES).glob("*")):
             if tree.name not in keep:
                 removed.append(f"{mdir.name}/{trees.TREES}/{tree.name}")
                 if not dry:
-                    _remove(tree)
+                    _remove(mirror, tree)
                     _faults.point("gc.tree-removed")
         if dry:
             continue
-        for blob in sorted((mdir / "blobs").glob("*")):
-            if blob.name not in live:
-                blob.unlink()
+        for blob in _names(mirror, f"{mdir.name}/blobs"):
+            if blob not in live:
+                _remove(mirror, mdir / "blobs" / blob)
         for ref in sorted(p for p in (mdir / "refs").rglob("*")
                           if p.is_symlink() or not p.is_dir()):
             if _ref_target(ref) not in commits:
-                ref.unlink()
+                _remove(mirror, ref)
         if not commits:
-            shutil.rmtree(mdir, ignore_errors=True)
+            _remove(mirror, mdir)
     return removed
 
 
@@ -243,4 +267,4 @@ def _gc_journals(mirror: Mirror, sels: dict[tuple[str, str], list[tuple[FileEntr
     live = {(mirror.model_dir(r).name, c) for r, c in sels}
     for journal in sorted(mirror.root.glob("journal/models--*/*.json")):
         if (journal.parent.name, journal.stem) not in live:
-            journal.unlink()
+            _remove(mirror, journal)

@@ -36,11 +36,11 @@ import filelock
 
 from specbundle import _faults
 from specbundle._fsutil import (
-    atomic_write_bytes,
-    atomic_write_json,
     disk_error,
-    fsync_dir,
+    json_bytes,
+    open_dir,
     real_dir,
+    write_at,
 )
 from specbundle.digest import is_sha256, sha256_bytes
 from specbundle.errors import (
@@ -154,15 +154,19 @@ class Mirror:
         """Move a fully written, already verified temp file into the store (idempotent)."""
         dest = self.object_path(sha256)
         try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if dest.exists():
-                tmp.unlink(missing_ok=True)
-                return dest
-            with Path(tmp).open("rb+") as fh:
-                os.fsync(fh.fileno())
-            tmp.chmod(0o444)
-            tmp.replace(dest)
-            fsync_dir(dest.parent)
+            with open_dir(self.root, f"objects/sha256/{sha256[:2]}") as dfd:
+                try:
+                    os.stat(sha256, dir_fd=dfd, follow_symlinks=False)
+                except FileNotFoundError:
+                    pass
+                else:
+                    tmp.unlink(missing_ok=True)
+                    return dest
+                with Path(tmp).open("rb") as fh:  # fsync needs no write access
+                    os.fsync(fh.fileno())
+                tmp.chmod(0o444)
+                os.rename(tmp, sha256, dst_dir_fd=dfd)  # into the folder checked, not a link
+                os.fsync(dfd)
         except OSError as err:
             raise disk_error(err, dest, what="storing the object") from err
         _faults.point("object.renamed")
@@ -300,8 +304,7 @@ class Mirror:
         does that itself after a later commit step.
         """
         self.bundle_dir(record.name)
-        path = real_dir(self.root, PurePosixPath("bundles", record.name)) / "bundle.json"
-        atomic_write_json(path, record.to_json())
+        path = self.write_bundle_file(record.name, "bundle.json", json_bytes(record.to_json()))
         if publish:
             self.publish(record)
         return path
@@ -309,10 +312,10 @@ class Mirror:
     def write_bundle_file(self, name: str, rel: str, data: bytes) -> Path:
         """Atomically write a stage output file inside a bundle's folder."""
         rel_path = PurePosixPath(trees.safe_rel(rel))
-        parent = real_dir(self.root, PurePosixPath("bundles", name, *rel_path.parts[:-1]))
-        path = parent / rel_path.name
-        atomic_write_bytes(path, data)
-        return path
+        parent = PurePosixPath("bundles", name, *rel_path.parts[:-1])
+        with open_dir(self.root, parent) as dfd:  # a folder swapped for a link: not followed
+            write_at(dfd, rel_path.name, data, self.root / parent)
+        return self.root / parent / rel_path.name
 
     def output_dir(self, name: str, rel: str) -> Path:
         """A stage output folder inside a bundle's folder, every component a real directory

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specbundle import _faults
-from specbundle._fsutil import atomic_write_bytes, fsync_dir, real_dir
+from specbundle._fsutil import disk_error, open_dir, rename_at, unlink_at, write_at
 from specbundle.digest import sha256_bytes
 from specbundle.errors import VerificationError
 from specbundle.mirror.store import Mirror
@@ -202,23 +202,30 @@ def write_manifest(mirror: Mirror, name: str, version: int, data: bytes) -> Path
 def reclaim_unflipped(mirror: Mirror, name: str) -> list[int]:
     """Remove version folders above ``current`` (a crashed writer's); caller holds the lock."""
     cur = current_version(mirror, name) or 0
-    d = mirror.bundle_dir(name) / "versions"
-    gone = sorted(int(p.name) for p in d.glob("*") if p.name.isdigit() and int(p.name) > cur) \
-        if d.is_dir() else []
-    for v in gone:
-        shutil.rmtree(d / f"{v:06d}")
-    return gone
+    try:
+        with open_dir(mirror.root, f"bundles/{name}/versions", create=False) as dfd:
+            with os.scandir(dfd) as it:
+                names = sorted(e.name for e in it if e.name.isdigit() and int(e.name) > cur)
+            for n in names:  # relative to the folder checked: a planted link is not followed
+                shutil.rmtree(n, dir_fd=dfd)
+    except FileNotFoundError:
+        return []
+    return sorted(int(n) for n in names)
 
 
 def flip_current(mirror: Mirror, name: str, version: int) -> None:
     """Make ``version`` current by one atomic rename (the writer's last step)."""
     mirror.bundle_dir(name)
-    path = real_dir(mirror.root, f"bundles/{name}") / CURRENT_REF
-    tmp = path.with_name(f".{CURRENT_REF}.{os.getpid()}.tmp")
-    atomic_write_bytes(tmp, f"{version}\n".encode())
-    _faults.point("versions.ref-staged")
-    tmp.replace(path)
-    fsync_dir(path.parent)
+    where = mirror.root / "bundles" / name
+    tmp = f".{CURRENT_REF}.{os.getpid()}.tmp"
+    with open_dir(mirror.root, f"bundles/{name}") as dfd:  # the folder checked, not a link
+        write_at(dfd, tmp, f"{version}\n".encode(), where)
+        _faults.point("versions.ref-staged")
+        try:
+            rename_at(dfd, tmp, dfd, CURRENT_REF)
+        except OSError as err:
+            unlink_at(dfd, tmp)
+            raise disk_error(err, where / CURRENT_REF, what="flipping") from err
     _faults.point("versions.ref-flipped")
 
 

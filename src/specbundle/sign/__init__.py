@@ -21,6 +21,7 @@ from specbundle.attest import (
     SigningKey,
     append_attestation,
     build_model_sig,
+    check_attestation_log,
     sign_statement,
 )
 from specbundle.attest.manifest import build_manifest, parse_manifest_unverified
@@ -30,6 +31,7 @@ from specbundle.digest import sha256_bytes
 from specbundle.errors import ScanBlocked, UsageError, VerificationError
 from specbundle.image_record import bundle_image_bytes
 from specbundle.mirror import Mirror, utc_now, versions
+from specbundle.mirror.eventlog import read_events
 from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.record import BundleRecord
 from specbundle.scan.findings import ScanReport
@@ -188,6 +190,10 @@ def sign_bundle(
     envelopes = [sign_statement(st, keys) for st in statements]
     images = bundle_image_bytes(mirror, name)
     with mirror.lock():
+        # both logs are checked before anything is committed: a log with damage before its
+        # tail is never extended, and a version must not become current without its event
+        check_attestation_log(mirror, name)
+        read_events(mirror.events_path)
         version, previous = _next_version(mirror, name)
         vrel = versions.version_rel(version)
         paths: dict[str, Path] = {role: mirror.write_bundle_file(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from specbundle import _faults
-from specbundle._fsutil import atomic_write_bytes, atomic_write_json, disk_error
+from specbundle._fsutil import atomic_write_bytes, disk_error, json_bytes
 from specbundle.attest import Envelope, SigningKey, sign_statement
 from specbundle.attest.log import read_attestations
 from specbundle.attest.manifest import BundleManifest, parse_manifest_unverified
@@ -29,11 +29,12 @@ from specbundle.attest.oms import OMS_BUNDLE_MEDIA_TYPE
 from specbundle.digest import sha256_bytes
 from specbundle.errors import MirrorError, UsageError, VerificationError
 from specbundle.mirror import Mirror, utc_now, versions
-from specbundle.mirror.eventlog import read_log
+from specbundle.mirror.eventlog import read_chain, read_log
 from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
 from specbundle.strict import loads_json
 from specbundle.transfer.chunks import CHUNK_DIR, ChunkWriter, read_blocks
 from specbundle.transfer.index import INDEX_FILE, Part, TransferIndex
+from specbundle.verify import floors
 from specbundle.verify.revocations import REVOCATION_EVENT, read_events_lenient
 
 __all__ = ["EXPORT_STATE", "ExportResult", "export_bundle"]
@@ -108,11 +109,17 @@ def _next_version(mirror: Mirror, name: str, requested: int | None) -> int:
 def export_bundle(
     mirror: Mirror, name: str, out_dir: Path, keys: Sequence[SigningKey], *,
     chunk_size: int | None = None, version: int | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, state: Path | None = None,
 ) -> ExportResult:
     """Write bundle ``name`` as a transfer set into ``out_dir`` and sign its index.
 
+    ``state``: the exporter's floor file (outside the mirror; the CLI's default is
+    :func:`~specbundle.verify.floors.export_state_path`): a log cut or rewritten below the
+    head an earlier export saw, or a version below one already shipped, is refused, and the
+    floors rise after the set is written.
+
     Raises:
+        VerificationError: the mirror was rolled back below the recorded floors.
         UsageError: no key, the bundle is not signed, or a version that does not grow.
         MirrorError: an object is missing or its bytes no longer match its digest.
     """
@@ -132,9 +139,23 @@ def export_bundle(
             raise UsageError(f"bundle {name!r} is not signed ({art.role} has no model.sig)",
                              hint="run `specbundle sign` first")
     _check_signed_files(mirror, name, man)
+    _check_floors(mirror, name, man, state)  # before anything reaches the medium
     with mirror.lease("export") as lease:  # gc keeps what is being copied out
         lease.pin(*rec.referenced_blobs())
-        return _export(mirror, name, out_dir, keys, man, chunk_size, version, progress)
+        return _export(mirror, name, out_dir, keys, man, chunk_size, version, progress,
+                       floor_file=state)
+
+
+def _check_floors(mirror: Mirror, name: str, man: BundleManifest, state: Path | None) -> None:
+    """Refuse a log or a version below what this exporter recorded (its own state file)."""
+    if state is None:
+        return
+    events, head = read_chain(mirror.events_path)  # a line dropped anywhere breaks the chain
+    floors.check_log(state, mirror, events, head)
+    rolled = floors.bundle_problem(state, mirror, name, man.version, man.digest)
+    if rolled is not None:
+        raise VerificationError(f"bundle {name!r}: {rolled.message}; refusing to export it",
+                                hint="restore the mirror's `current` and version folders")
 
 
 def _check_signed_files(mirror: Mirror, name: str, man: BundleManifest) -> None:
@@ -167,7 +188,7 @@ def _check_signed_files(mirror: Mirror, name: str, man: BundleManifest) -> None:
 
 def _export(mirror: Mirror, name: str, out_dir: Path, keys: Sequence[SigningKey],
             man: BundleManifest, chunk_size: int | None, version: int | None,
-            progress: Callable[[int], None] | None) -> ExportResult:
+            progress: Callable[[int], None] | None, *, floor_file: Path | None) -> ExportResult:
     rec = man.record
     roots = dict(man.roots)
     sources: list[tuple[str, Path, str | None]] = [
@@ -198,22 +219,29 @@ def _export(mirror: Mirror, name: str, out_dir: Path, keys: Sequence[SigningKey]
                          what="writing the transfer set to") from err
     _faults.point("export.parts-written")
     subjects = [s for a in rec.artifacts for s in subjects_for(a, roots[a.role])]
-    state = mirror.bundle_dir(name) / EXPORT_STATE
     with mirror.lock():  # the version is claimed under the lock: no two sets share one
+        _check_floors(mirror, name, man, floor_file)  # again: the log may have moved since
         ver = _next_version(mirror, name, version)
-        atomic_write_json(state, {"version": ver, "index_sha256": None, "to": str(out_dir)})
+        mirror.write_bundle_file(name, EXPORT_STATE, json_bytes(
+            {"version": ver, "index_sha256": None, "to": str(out_dir)}))
         _faults.point("export.version-claimed")
         # The export event comes first so that the index can carry the log head *including*
         # it: the set takes this log's floor out of reach of whoever truncates the log later.
         mirror.append_event("export", name, {"version": ver, "parts": len(parts),
                                              "chunks": len(chunks)})
+        head = _log_head(mirror)
         index = TransferIndex(name, ver, utc_now(), tuple(parts), chunk_size, tuple(chunks),
-                              revocations=_revocations(mirror), log_head=_log_head(mirror))
+                              revocations=_revocations(mirror), log_head=head)
         env = sign_statement(index.statement(subjects), keys)
+        # the floors rise before the set is valid: a floor not recorded protects nothing
+        if head is not None:
+            floors.raise_floors(floor_file, mirror, bundle=(name, man.version, man.digest),
+                                head=(int(head["seq"]), str(head["digest"])))
         data = json.dumps(env.to_json(), indent=2, sort_keys=True).encode() + b"\n"
-        atomic_write_bytes(mirror.bundle_dir(name) / "export" / "index.json", data)
-        atomic_write_json(state, {"version": ver, "index_sha256": sha256_bytes(data),
-                                  "exported_at": index.created, "to": str(out_dir)})
+        mirror.write_bundle_file(name, "export/index.json", data)
+        mirror.write_bundle_file(name, EXPORT_STATE, json_bytes(
+            {"version": ver, "index_sha256": sha256_bytes(data), "exported_at": index.created,
+             "to": str(out_dir)}))
         atomic_write_bytes(out_dir / INDEX_FILE, data)
         _faults.point("export.index-written")
     return ExportResult(out_dir, name, ver, len(parts), sum(p.size for p in parts), len(chunks),

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specbundle import _faults
-from specbundle._fsutil import fsync_dir, real_dir
 from specbundle.attest import (
     ATTESTATIONS_FILE,
     Envelope,
+    append_lines,
     check_statement,
     parse_statement,
 )
@@ -299,10 +299,7 @@ def commit_version(staging: Mirror, mirror: Mirror, verified: VerifiedBundle,
     files = versions.files_to_commit(staging, mirror, name, verified.version, _SKIP)
     for sha in sorted(rec.referenced_blobs()):
         if not mirror.has_object(sha):
-            dest = mirror.object_path(sha)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            staging.object_path(sha).replace(dest)  # same filesystem: a rename
-            fsync_dir(dest.parent)
+            mirror.put_object(staging.object_path(sha), sha)  # same filesystem: a rename
             if points.object_moved:
                 _faults.point(points.object_moved)
     _faults.point(points.objects_moved)
@@ -316,13 +313,7 @@ def commit_version(staging: Mirror, mirror: Mirror, verified: VerifiedBundle,
     add = [ln for ln in (staging.read_bundle_file(name, ATTESTATIONS_FILE) or b"").splitlines()
            if ln and ln not in have]
     if add:
-        prefix = b"\n" if mine and not mine.endswith(b"\n") else b""
-        fd = os.open(real_dir(mirror.root, f"bundles/{name}") / ATTESTATIONS_FILE,
-                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "ab") as fh:
-            fh.write(prefix + b"\n".join(add) + b"\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_lines(mirror, name, add)
     known = {sha256_bytes(Envelope.from_json(e).to_line()) for e in _log_revocations(mirror)}
     for env in revocations:
         if sha256_bytes(Envelope.from_json(env).to_line()) not in known:

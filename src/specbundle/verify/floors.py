@@ -11,6 +11,11 @@ has once accepted is kept outside the mirror, in ``<policy dir>/<policy stem>.st
 * the event log's head (seq and line digest): the log may grow, never shrink or change;
 * every revocation seen (for all mirrors: a stolen key is stolen everywhere).
 
+The exporting side keeps the same floors for the mirror it exports from (the log head and the
+highest version shipped per bundle) in its own operator-owned file (``export --state``, default
+:func:`export_state_path`): a connected mirror whose log was cut (a revocation dropped) or whose
+``current`` names an older version is refused at export, before a set carries it anywhere.
+
 Floors only rise, under a lock, written atomically. A verification that would have to raise
 a floor but cannot write the file fails closed (:class:`~specbundle.errors.EnvironmentProblem`):
 a floor that is not recorded protects nothing. A read-only policy directory works as long as
@@ -19,6 +24,7 @@ nothing new has to be recorded.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -33,9 +39,11 @@ from specbundle.strict import MalformedDocument, loads_json, read_bounded
 from specbundle.verify.diff import Problem
 from specbundle.verify.policy import TrustPolicy
 
-__all__ = ["bundle_problem", "check_log", "log_floor", "raise_floors", "recorded_revocations"]
+__all__ = ["EXPORT_STATE_ENV", "bundle_problem", "check_log", "export_state_path", "log_floor",
+           "raise_floors", "recorded_revocations"]
 
 _MAX_STATE = 16 * 1024 * 1024
+EXPORT_STATE_ENV = "SPECBUNDLE_EXPORT_STATE"
 _SHA = r"^[0-9a-f]{64}$"
 _LOCK_TIMEOUT_S = 60.0
 
@@ -95,8 +103,25 @@ def _state(policy: TrustPolicy) -> _State:
     return _load(policy.state_path) if policy.state_path is not None else _State()
 
 
-def _floors(policy: TrustPolicy, mirror: Mirror) -> _MirrorFloors:
-    return _state(policy).mirrors.get(str(mirror.root)) or _MirrorFloors()
+def _floors(policy: TrustPolicy | Path | None, mirror: Mirror) -> _MirrorFloors:
+    path = _path(policy)
+    state = _load(path) if path is not None else _State()
+    return state.mirrors.get(str(mirror.root)) or _MirrorFloors()
+
+
+def _path(policy: TrustPolicy | Path | None) -> Path | None:
+    return policy.state_path if isinstance(policy, TrustPolicy) else policy
+
+
+def export_state_path() -> Path:
+    """The exporter's floor file: ``$SPECBUNDLE_EXPORT_STATE``, else
+    ``$XDG_STATE_HOME/specbundle/export-state.json`` (``~/.local/state`` by default): the
+    operator's, never inside a mirror."""
+    env = os.environ.get(EXPORT_STATE_ENV)
+    if env:
+        return Path(env).absolute()
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "specbundle" / "export-state.json"
 
 
 def log_floor(policy: TrustPolicy, mirror: Mirror) -> dict[int, str]:
@@ -110,14 +135,16 @@ def recorded_revocations(policy: TrustPolicy) -> dict[str, str]:
     return {fp: r.reason for fp, r in _state(policy).revocations.items()}
 
 
-def bundle_problem(policy: TrustPolicy, mirror: Mirror, name: str, version: int,
+def bundle_problem(policy: TrustPolicy | Path | None, mirror: Mirror, name: str, version: int,
                    manifest_sha256: str) -> Problem | None:
     """Why ``version`` of ``name`` is below what was accepted from ``mirror`` (None: it is not).
+
+    ``policy``: a trust policy (its state file), or the state file itself (export's).
     """
     floor = _floors(policy, mirror).bundles.get(name)
     if floor is None or (version > floor.version):
         return None
-    where = f"seen on {floor.seen_at} (trust state {policy.state_path})"
+    where = f"seen on {floor.seen_at} (trust state {_path(policy)})"
     if version < floor.version:
         return Problem("rolled-back", f"bundle {name}",
                        f"rolled back: version {version} < {floor.version} {where}",
@@ -129,9 +156,10 @@ def bundle_problem(policy: TrustPolicy, mirror: Mirror, name: str, version: int,
     return None
 
 
-def check_log(policy: TrustPolicy, mirror: Mirror, events: Sequence[Mapping[str, Any]],
-              head: tuple[int, str] | None) -> None:
-    """Refuse a chain-checked log that ends before, or differs at, the head recorded for it.
+def check_log(policy: TrustPolicy | Path | None, mirror: Mirror,
+              events: Sequence[Mapping[str, Any]], head: tuple[int, str] | None) -> None:
+    """Refuse a chain-checked log that ends before, or differs at, the head recorded for it
+    (in the policy's state file, or the state file ``policy`` names).
 
     Raises:
         VerificationError: the log was truncated (a revocation or checkpoint may be gone) or
@@ -140,12 +168,13 @@ def check_log(policy: TrustPolicy, mirror: Mirror, events: Sequence[Mapping[str,
     floor = _floors(policy, mirror).log_head
     if floor is None:
         return
+    state_path = _path(policy)
     hint = "restore events.jsonl from a backup; `specbundle audit log --verify` names the damage"
     if head is None or head[0] < floor.seq:
         ends = "is empty" if head is None else f"ends at seq {head[0]}"
         raise VerificationError(
             f"rolled back: the event log of {mirror.root} {ends}, below seq {floor.seq} seen "
-            f"on {floor.seen_at} (trust state {policy.state_path}): the log was truncated",
+            f"on {floor.seen_at} (trust state {state_path}): the log was truncated",
             hint=hint)
     # the chain is verified, so an entry's digest is its successor's ``prev``
     digest = head[1] if head[0] == floor.seq else next(
@@ -153,10 +182,10 @@ def check_log(policy: TrustPolicy, mirror: Mirror, events: Sequence[Mapping[str,
     if digest != floor.digest:
         raise VerificationError(
             f"the event log of {mirror.root} was rewritten: entry seq {floor.seq} differs from "
-            f"the one seen on {floor.seen_at} (trust state {policy.state_path})", hint=hint)
+            f"the one seen on {floor.seen_at} (trust state {state_path})", hint=hint)
 
 
-def raise_floors(policy: TrustPolicy, mirror: Mirror, *,
+def raise_floors(policy: TrustPolicy | Path | None, mirror: Mirror, *,
                  bundle: tuple[str, int, str] | None = None,
                  head: tuple[int, str] | None = None,
                  revoked: Mapping[str, str] | None = None) -> None:
@@ -166,13 +195,14 @@ def raise_floors(policy: TrustPolicy, mirror: Mirror, *,
     Raises:
         EnvironmentProblem: the state must change but cannot be written (fail closed).
     """
-    path = policy.state_path
+    path = _path(policy)
     if path is None:
         return
     now = utc_now()
     if not _changes(_load(path), str(mirror.root), bundle, head, revoked or {}):
         return
     try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with filelock.FileLock(str(path.with_name(f".{path.name}.lock")),
                                timeout=_LOCK_TIMEOUT_S):
             state = _load(path)  # again, under the lock: another verifier may have raised it
