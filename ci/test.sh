@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test command the README gives: lint, then the suite. Isolated-side stages (verify, render,
-# bench, admit, audit, review, demo) run inside a network namespace with only loopback
+# The test command the README gives: lint, then the suite. Isolated-side stages (verify, transfer,
+# render, bench, admit, audit, review, demo) run inside a network namespace with only loopback
 # (`unshare -rn`), which proves they never touch the network; the connected side (pull, scan,
 # sign, images) runs normally against loopback servers the tests start. Components the suite
 # needs beyond pip (browser, HSM, Docker, SGLang, registry, vLLM) come from ci/setup.sh; tests
@@ -12,13 +12,14 @@ cd "$(dirname "$0")/.."
 timed "lint (ruff, mypy --strict)" bash ci/lint.sh
 
 isolated=()
-for d in tests/verify tests/render tests/bench tests/admit tests/audit tests/review tests/demo; do
+for d in tests/verify tests/transfer tests/render tests/bench tests/admit tests/audit tests/review \
+         tests/demo; do
   [ -d "$d" ] && isolated+=("$d")
 done
 connected=()
 for d in tests/*; do
   case " ${isolated[*]} " in *" $d "*) continue ;; esac
-  case "$d" in tests/__pycache__|tests/golden|tests/data) continue ;; esac
+  case "$d" in tests/__pycache__|tests/golden|tests/data|tests/lib) continue ;; esac
   [[ -d "$d" || "$d" == tests/test_*.py ]] && connected+=("$d")
 done
 

@@ -12,6 +12,7 @@ import pytest
 
 from tests._engine import llama_server_bin  # noqa: F401 - shared engine fixture
 from tests._vllm import vllm_bin  # noqa: F401 - shared vLLM fixture
+from tests.lib.bundles import signed  # noqa: F401 - shared signed-bundle fixture
 
 # A suite started in the background by a non-interactive shell (``cmd &``, nohup, some CI
 # runners) inherits SIGINT as *ignored*, and so would every child it starts: the tests that

@@ -10,7 +10,7 @@ import pytest
 from specbundle.admit import STATUS_FILE, Rejected, admit_bundle, read_status, reject_unverified
 from specbundle.attest import SLSA_VSA_V1, parse_statement, read_attestations
 from specbundle.verify import BundleVerificationFailed, verify_bundle
-from tests.verify.conftest import make_signed
+from tests.lib.bundles import make_signed
 
 
 def _last_vsa(mirror: object, name: str) -> dict[str, object]:

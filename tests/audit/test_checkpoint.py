@@ -84,7 +84,7 @@ def test_deleting_the_newest_checkpoint_and_the_tail_fails_after_an_export(
     """Item 6: an exported index carried the log head away; a truncated log falls below it."""
     from specbundle.audit.checkpoint import verify_events, write_checkpoint
     from specbundle.transfer import export_bundle
-    from tests.verify.conftest import make_signed
+    from tests.lib.bundles import make_signed
 
     s = make_signed(tmp_path)
     keys = [s.key.public]
@@ -104,7 +104,7 @@ def test_deleting_the_newest_checkpoint_and_the_tail_fails_after_an_export(
 
 def test_checkpoints_chain_to_their_predecessor(tmp_path: Path) -> None:
     from specbundle.audit.checkpoint import verify_events, write_checkpoint
-    from tests.verify.conftest import make_signed
+    from tests.lib.bundles import make_signed
 
     s = make_signed(tmp_path)
     for _ in range(3):

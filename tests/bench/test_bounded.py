@@ -18,7 +18,6 @@ from specbundle.admit import evaluate
 from specbundle.bench import stats
 from specbundle.bench.budget import default_time_budget
 from specbundle.bench.report import BenchReport
-from specbundle.bench.runner import _Runner
 from specbundle.bench.verdict import gate_verdict
 from specbundle.spec import AdmissionThresholds
 from tests.bench.test_sequential import _report, _runner, _spec
@@ -81,14 +80,14 @@ def test_the_time_budget_ends_inside_the_minimum_rounds_with_whole_launches(
     launch it cut is dropped and the report says inconclusive, never a pass."""
     seen: list[int] = []
     runner = _runner(_spec(4), _flat, monkeypatch, seen, time_budget_s=1.0)
-    real = runner.measure
+    real = runner.arms.measure
 
     def slow(*a: Any, **k: Any) -> None:
         runner.t0 -= 0.21  # each launch "takes" 0.21 s of the budget
         real(*a, **k)
         runner._check_time()  # as the real measure does before its next level
 
-    monkeypatch.setattr(runner, "measure", slow)
+    monkeypatch.setattr(runner.arms, "measure", slow)
     report = _report(runner)
     st = report.stopping
     assert st is not None and seen == []  # stopped before the first look at 4 rounds
@@ -111,7 +110,7 @@ def test_the_time_budget_ends_inside_the_minimum_rounds_with_whole_launches(
 def test_an_interrupt_writes_the_partial_report(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[int] = []
     runner = _runner(_spec(4), _flat, monkeypatch, seen)
-    real = runner.measure
+    real = runner.arms.measure
     calls = [0]
 
     def interrupted(*a: Any, **k: Any) -> None:
@@ -120,7 +119,7 @@ def test_an_interrupt_writes_the_partial_report(monkeypatch: pytest.MonkeyPatch)
             raise KeyboardInterrupt
         real(*a, **k)
 
-    monkeypatch.setattr(runner, "measure", interrupted)
+    monkeypatch.setattr(runner.arms, "measure", interrupted)
     report = _report(runner)
     st = report.stopping
     assert st is not None and (st.reason, st.rounds) == ("interrupted", 2)
@@ -151,14 +150,14 @@ def test_progress_names_round_arm_level_interval_and_time(
     lines: list[str] = []
     seen: list[int] = []
     runner = _runner(_spec(2, 4), _flat, monkeypatch, seen)
-    real_measure = _Runner.measure
+    real_measure = runner.arms.measure
 
-    def measure(self: _Runner, arm: str, url: str, data: Any, reqs: Any, **k: Any) -> None:
-        for c in self.levels:
-            self._tick(f"{arm} c={c}")
-        real_measure(self, arm, url, data, reqs, **k)
+    def measure(arm: str, url: str, data: Any, reqs: Any, **k: Any) -> None:
+        for c in runner.levels:
+            runner._tick(f"{arm} c={c}")
+        real_measure(arm, url, data, reqs, **k)
 
-    monkeypatch.setattr(_Runner, "measure", measure)
+    monkeypatch.setattr(runner.arms, "measure", measure)
     runner.progress = lambda what, done, total: lines.append(what)
     raw = runner.run()
     # the stubs bypass launches and levels: the probes on the baseline remain

@@ -26,7 +26,6 @@ from specbundle.bench.workload import default_workload
 from specbundle.spec import BundleSpec, parse_spec
 
 NOMINAL = 0.90
-_LOOK = stats.LookPlan.look  # the rule itself, wrapped below to count the runner's looks
 
 
 def test_per_look_confidence_splits_the_error_over_the_planned_looks() -> None:
@@ -126,32 +125,38 @@ def _result() -> tuple[RequestResult, ...]:
 Throughput = Callable[[str, int], float]  # (arm, round) -> output tok/s
 
 
-def _runner(spec: BundleSpec, throughput: Throughput, monkeypatch: pytest.MonkeyPatch,
-            looks: list[int], **opts: Any) -> _Runner:
-    """A runner whose arms "measure" the given throughputs; ``looks`` records each look."""
+class _SyntheticArms:
+    """An :class:`~specbundle.bench.interface.ArmDriver` whose arms "measure" the given
+    throughputs, with no server and no verification probe."""
 
-    def measure(self: _Runner, arm: str, url: str, data: ArmData, reqs: Any, *,
+    def __init__(self, throughput: Throughput) -> None:
+        self.throughput = throughput
+        self.levels: tuple[int, ...] = ()
+
+    def measure(self, arm: str, url: str, data: ArmData, reqs: Any, *,
                 metrics: bool = True, levels: tuple[int, ...] | None = None) -> None:
         for c in levels or self.levels:
             r = len(data.runs.get(c, []))
-            data.runs.setdefault(c, []).append(LevelRun(c, 8.0 / throughput(arm, r), _result()))
+            data.runs.setdefault(c, []).append(
+                LevelRun(c, 8.0 / self.throughput(arm, r), _result()))
 
     @contextlib.contextmanager
-    def server(self: _Runner, speculation: bool) -> Iterator[str]:
+    def server(self, speculation: bool) -> Iterator[str]:
         yield "http://stub"
 
-    def look(self: stats.LookPlan, rounds: int, *a: Any) -> stats.Look | None:
-        got = _LOOK(self, rounds, *a)
-        if got is not None:
-            looks.append(rounds)
-        return got
+    def verify_probe(self, url: str, data: ArmData) -> None:
+        return None
 
-    monkeypatch.setattr(_Runner, "measure", measure)
-    monkeypatch.setattr(_Runner, "server", server)
-    monkeypatch.setattr(_Runner, "_verify_probe", lambda self, url, data: None)
-    monkeypatch.setattr(stats.LookPlan, "look", look)
-    return _Runner(spec, "llamacpp", default_workload(), BenchOptions(measure_draft=False, **opts),
-                   None, False, None)
+
+def _runner(spec: BundleSpec, throughput: Throughput, monkeypatch: pytest.MonkeyPatch,
+            looks: list[int], **opts: Any) -> _Runner:
+    """A runner whose arms "measure" the given throughputs; ``looks`` records each look."""
+    arms = _SyntheticArms(throughput)
+    runner = _Runner(spec, "llamacpp", default_workload(), BenchOptions(measure_draft=False,
+                     **opts), None, False, None, arms=arms)
+    arms.levels = tuple(runner.levels)
+    runner.looks = looks
+    return runner
 
 
 def _report(runner: _Runner) -> BenchReport:

@@ -29,7 +29,7 @@ import pytest
 from specbundle.render.targets import templates_dir
 from specbundle.spec import LlamaCppSettings, SGLangSettings, VLLMSettings
 from tests.images.conftest import docker_client
-from tests.verify.conftest import make_signed
+from tests.lib.bundles import make_signed
 
 __all__ = ["docker_client"]
 

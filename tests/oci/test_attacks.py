@@ -14,7 +14,7 @@ from specbundle import attest
 from specbundle.digest import sha256_bytes
 from specbundle.mirror import Mirror, versions
 from specbundle.mirror.versions import model_sig_rel, read_version_file
-from specbundle.oci import RegistryBackend, RegistryOptions, parse_reference, push_bundle
+from specbundle.oci import RegistryBackend, push_bundle
 from specbundle.oci.media import (
     ANN_LINE,
     ANN_ROLE,
@@ -28,12 +28,12 @@ from specbundle.oci.media import (
 from specbundle.verify import load_policy, verify_bundle
 from tests.clihelp import run_cli
 from tests.oci.builders import push_referrer, signed_pair, trust_file
+from tests.oci.conftest import backend
 from tests.oci.registry import Registry
 
 
 def _store(registry: Registry, repo: str) -> RegistryBackend:
-    return RegistryBackend(parse_reference(f"{registry.host}/{repo}:x"),
-                           RegistryOptions(plain_http=True))
+    return backend(f"{registry.host}/{repo}:x", plain_http=True)
 
 
 def _pull(capsys: pytest.CaptureFixture[str], ref: str, dst: Path, trust: Path

@@ -15,19 +15,19 @@ from specbundle._fsutil import canonical_json
 from specbundle.attest.manifest import build_manifest, parse_manifest_unverified
 from specbundle.audit.revocation import revoke_key
 from specbundle.mirror import Mirror, versions
-from specbundle.oci import RegistryBackend, RegistryOptions, parse_reference, push_bundle
+from specbundle.oci import RegistryBackend, push_bundle
 from specbundle.oci.media import ANN_ROLE, DSSE_ENVELOPE, IMAGE_MANIFEST, Descriptor
 from specbundle.sign import sign_bundle
 from specbundle.verify import load_policy, verify_bundle
 from tests.clihelp import run_cli
 from tests.oci.builders import push_referrer, signed_pair, trust_file
+from tests.oci.conftest import backend
 from tests.oci.registry import Registry
 from tests.sign.helpers import policy_doc, write_policy
 
 
 def _store(registry: Registry, repo: str) -> RegistryBackend:
-    return RegistryBackend(parse_reference(f"{registry.host}/{repo}:x"),
-                           RegistryOptions(plain_http=True))
+    return backend(f"{registry.host}/{repo}:x", plain_http=True)
 
 
 def _pull(capsys: pytest.CaptureFixture[str], ref: str, dst: Path, trust: Path

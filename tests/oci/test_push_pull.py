@@ -11,7 +11,7 @@ import pytest
 from specbundle import attest
 from specbundle.errors import SourceUnavailable
 from specbundle.mirror import Mirror
-from specbundle.oci import RegistryBackend, RegistryOptions, parse_reference, push_bundle
+from specbundle.oci import RegistryBackend, push_bundle
 from specbundle.oci.media import (
     DOC,
     FILEPATH,
@@ -23,13 +23,13 @@ from specbundle.oci.media import (
 from specbundle.verify import load_policy, verify_bundle
 from tests.clihelp import run_cli
 from tests.oci.builders import signed_pair, trust_file
+from tests.oci.conftest import backend
 from tests.oci.registry import Registry
 from tests.sign.helpers import pulled_bundle
 
 
 def _store(registry: Registry, repo: str) -> RegistryBackend:
-    return RegistryBackend(parse_reference(f"{registry.host}/{repo}:x"),
-                           RegistryOptions(plain_http=True, chunk_size=64 * 1024))
+    return backend(f"{registry.host}/{repo}:x", plain_http=True, chunk_size=64 * 1024)
 
 
 def test_push_then_pull_into_an_empty_mirror_verifies_offline(
@@ -111,8 +111,8 @@ def test_second_bundle_sharing_the_draft_uploads_no_draft_blob(
     assert second.blobs_skipped == len(src.load_bundle("two").referenced_blobs()) - len(new)
     assert second.blobs_skipped >= len(draft_blobs)
     # and through a cross-repository mount in another repository: nothing is uploaded either
-    other = RegistryBackend(parse_reference(f"{registry.host}/models/other:x"),
-                            RegistryOptions(plain_http=True, mount_from=("models/shared",)))
+    other = backend(f"{registry.host}/models/other:x", plain_http=True,
+                    mount_from=("models/shared",))
     third = push_bundle(src, "two", other, "two")
     assert third.blobs_uploaded == 0
     assert third.blobs_mounted == len(src.load_bundle("two").referenced_blobs())

@@ -22,10 +22,11 @@ import pytest
 from specbundle import attest
 from specbundle.errors import UsageError
 from specbundle.mirror import Mirror
-from specbundle.oci import RegistryBackend, RegistryOptions, parse_reference, push_bundle
+from specbundle.oci import RegistryOptions, push_bundle
 from tests.clihelp import run_cli
 from tests.mirror.test_store_faults import _fill, small_fs
 from tests.oci.builders import signed_pair, trust_file
+from tests.oci.conftest import backend
 from tests.oci.proxy import fault_proxy
 from tests.oci.registry import Registry
 
@@ -47,8 +48,7 @@ def pushed(module_tmp: Path, registry: Registry) -> Pushed:
     key = attest.generate_key()
     src = Mirror.open(module_tmp / "m", create=True)
     signed_pair(module_tmp, src, key, "pair", target_seed=21)
-    store = RegistryBackend(parse_reference(f"{registry.host}/{_REPO}:v1"),
-                            RegistryOptions(plain_http=True))
+    store = backend(f"{registry.host}/{_REPO}:v1", plain_http=True)
     push_bundle(src, "pair", store, "v1")
     store.close()
     return Pushed(src, trust_file(module_tmp, key), registry)

@@ -14,11 +14,12 @@ import yaml
 
 from specbundle import attest
 from specbundle.mirror import Mirror
-from specbundle.oci import RegistryBackend, RegistryOptions, parse_reference, push_bundle
+from specbundle.oci import push_bundle
 from specbundle.oci.attach import BENCH_REPORT
 from specbundle.oci.media import IMAGE_INDEX, Descriptor
 from tests.clihelp import run_cli
 from tests.oci.builders import signed_pair, trust_file
+from tests.oci.conftest import backend
 from tests.oci.registry import Registry
 
 K8S_VERSION = "1.33"  # image volumes: 1.31+
@@ -48,7 +49,7 @@ def test_image_volumes_pinned_to_the_pushed_digests_validate_offline(
     mirror = Mirror.open(tmp_path / "m", create=True)
     signed_pair(tmp_path, mirror, key, "pair", target_seed=31)
     repo = f"{registry.host}/render/pair"
-    store = RegistryBackend(parse_reference(f"{repo}:v1"), RegistryOptions(plain_http=True))
+    store = backend(f"{repo}:v1", plain_http=True)
     pushed = push_bundle(mirror, "pair", store, "v1")
     _render(capsys, mirror, tmp_path / "k8s", repo, "--oci-tool-image", TOOL)
     kinds = _docs(tmp_path / "k8s" / "kubernetes.yaml")
@@ -98,7 +99,7 @@ def test_attached_bench_report_is_a_referrer_and_pull_ignores_it(
     mirror = Mirror.open(tmp_path / "m", create=True)
     signed_pair(tmp_path, mirror, key, "pair", target_seed=33)
     repo = f"{registry.host}/attach/pair"
-    store = RegistryBackend(parse_reference(f"{repo}:v1"), RegistryOptions(plain_http=True))
+    store = backend(f"{repo}:v1", plain_http=True)
     pushed = push_bundle(mirror, "pair", store, "v1")
     report = tmp_path / "report.json"
     report.write_text(json.dumps({"bundle": "pair", "speedup": "1.7"}))

@@ -178,7 +178,7 @@ def test_interrupt_then_resume_reuses_verified_files(
             break
         time.sleep(0.05)
     proc.send_signal(2)  # Ctrl-C mid-download
-    proc.wait(timeout=30)
+    proc.communicate(timeout=30)  # waits, and closes its pipes
     assert proc.returncode != 0
     m = Mirror.open(mirror)
     assert m.bundle_names() == []  # nothing half-visible

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -116,18 +117,15 @@ def test_eagle3_bad_d2t(tmp_path: Path, d2t: np.ndarray | None, why: str) -> Non
     assert why in f.message or why in str(dict(f.evidence))
 
 
-def test_eagle3_vocab_past_the_cap_is_not_read(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_eagle3_vocab_past_the_cap_is_not_read(tmp_path: Path) -> None:
     """d2t/t2d are read whole: a vocabulary past the cap is a HIGH finding, not a read."""
-    from specbundle.scan.compat import check as compat
-
     d2t, t2d = _good_d2t()
+    t2d[1] = True  # a t2d the check reports once it reads it (test_t2d_inconsistent)
     t = corpus.hf_model(tmp_path / "target")
     head = _eagle3(tmp_path, d2t=d2t, t2d=t2d)
-    monkeypatch.setattr(compat, "_MAX_VOCAB", 200)
-    read: list[str] = []
-    monkeypatch.setattr(compat, "tensor_bytes", lambda *a: read.append(a[2]) or b"")
-    rep = scan_tree(t, draft=head, method=SpecMethod.EAGLE3, options=FAST)
+    rep = scan_tree(t, draft=head, method=SpecMethod.EAGLE3,
+                    options=dataclasses.replace(FAST, max_vocab=200))
+    read = [f.check_id for f in rep.findings if f.check_id == "compat.t2d"]
     [f] = [f for f in rep.findings if f.check_id == "compat.d2t"]
     assert "too large to analyse" in f.message and rep.blocked and read == []
 

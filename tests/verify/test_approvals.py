@@ -12,8 +12,8 @@ from specbundle.attest.manifest import spec_sha256
 from specbundle.record import BundleRecord
 from specbundle.sign import sign_bundle
 from specbundle.verify import BundleVerificationFailed, verify_bundle
+from tests.lib.bundles import Signed, make_signed
 from tests.sign.helpers import policy_doc, write_policy
-from tests.verify.conftest import Signed, make_signed
 
 #: Spec-only changes a designated approver never saw (engine arguments, K, thresholds).
 CHANGES = {

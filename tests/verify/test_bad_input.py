@@ -9,7 +9,7 @@ import pytest
 
 from specbundle.mirror import versions
 from tests.clihelp import run_cli
-from tests.verify.conftest import Signed
+from tests.lib.bundles import Signed
 
 
 def test_mirror_ls_with_a_non_object_spec(signed: Signed,

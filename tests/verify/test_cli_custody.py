@@ -10,7 +10,7 @@ from specbundle.mirror import versions
 from specbundle.record import BundleRecord
 from specbundle.verify import verify_bundle
 from tests.clihelp import run_cli
-from tests.verify.conftest import Signed
+from tests.lib.bundles import Signed
 
 
 def _edit_record(s: Signed, tokens: int) -> None:

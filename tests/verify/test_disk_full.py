@@ -12,8 +12,8 @@ from specbundle.mirror import Mirror
 from specbundle.transfer import export_bundle
 from specbundle.verify import verify_bundle
 from tests.clihelp import run_cli
+from tests.lib.bundles import Signed
 from tests.mirror.test_store_faults import _fill, small_fs
-from tests.verify.conftest import Signed
 
 __all__ = ["small_fs"]  # the tmpfs fixture, shared
 

@@ -20,7 +20,7 @@ from specbundle.mirror import Mirror, versions
 from specbundle.sign import sign_bundle
 from specbundle.transfer import export_bundle, import_bundle
 from specbundle.verify import verify_bundle
-from tests.verify.conftest import Signed
+from tests.lib.bundles import Signed
 
 _SCRIPT = """
 import json, sys

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.clihelp import run_cli
-from tests.verify.conftest import Signed
+from tests.lib.bundles import Signed
 
 
 def _tree(root: Path) -> dict[str, tuple[int, float]]:

@@ -18,7 +18,7 @@ from specbundle.verify import (
     write_hashed,
 )
 from specbundle.verify.hashed import proven_digest
-from tests.verify.conftest import Signed
+from tests.lib.bundles import Signed
 
 
 def _weight(s: Signed) -> FileEntry:

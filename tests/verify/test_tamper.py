@@ -15,8 +15,8 @@ from specbundle import attest
 from specbundle.mirror import versions
 from specbundle.sign import sign_bundle
 from specbundle.verify import BundleVerificationFailed, Problem, verify_bundle
+from tests.lib.bundles import Signed, make_signed
 from tests.sign.helpers import policy_doc, write_policy
-from tests.verify.conftest import Signed, make_signed
 
 
 def _fail(s: Signed, **kw: object) -> list[Problem]:

@@ -10,15 +10,18 @@ KV capacity is reported; :class:`EngineAdapter` holds exactly those differences.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from specbundle.bench.prometheus import EngineReading, Scrape, WindowDelta
 
 if TYPE_CHECKING:
-    from specbundle.bench.client import LevelRun
+    from specbundle.bench.client import CompletionRequest, LevelRun
     from specbundle.bench.report import Acceptance
+    from specbundle.bench.runner import ArmData
 
-__all__ = ["Endpoint", "EngineAdapter", "EventSink", "StreamTransport", "TransportError"]
+__all__ = ["ArmDriver", "Endpoint", "EngineAdapter", "EventSink", "StreamTransport",
+           "TransportError"]
 
 #: Where measurement requests go: the OpenAI endpoints, or SGLang's native ``/generate``.
 Endpoint = Literal["completions", "chat", "generate"]
@@ -86,4 +89,24 @@ class EngineAdapter(Protocol):
     def window_acceptance(self, deltas: Sequence[WindowDelta],
                           runs: Sequence[LevelRun]) -> Acceptance | None:
         """Acceptance from per-request figures, for engines without counters; else ``None``."""
+        ...
+
+
+class ArmDriver(Protocol):
+    """How the runner serves and measures one arm; the rounds and their stopping rule are the
+    runner's own. The runner itself is the engine implementation; a driver of synthetic
+    throughputs exercises the sequential rule without a server."""
+
+    def server(self, speculation: bool) -> AbstractContextManager[str]:
+        """Serve one arm (with or without speculation) for the block; yields its URL."""
+        ...
+
+    def measure(self, arm: str, url: str, data: ArmData,
+                reqs: dict[int, list[CompletionRequest]], *, metrics: bool = True,
+                levels: tuple[int, ...] | None = None) -> None:
+        """Measure every level (or ``levels``) of one arm launch into ``data``."""
+        ...
+
+    def verify_probe(self, url: str, data: ArmData) -> None:
+        """Probe the verification cost on the baseline, while it is up."""
         ...

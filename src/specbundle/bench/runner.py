@@ -48,6 +48,7 @@ from specbundle.bench.budget import (
 )
 from specbundle.bench.client import AiohttpTransport, CompletionRequest, LevelRun, run_level
 from specbundle.bench.engines import adapter_for
+from specbundle.bench.interface import ArmDriver
 from specbundle.bench.numerics import TieProbe, collect
 from specbundle.bench.prometheus import WindowDelta, window_delta
 from specbundle.bench.report import Stopping, StopReason
@@ -158,8 +159,11 @@ class RawRun:
 class _Runner:
     def __init__(self, spec: BundleSpec, engine: str, workload: Workload, opts: BenchOptions,
                  launcher: Launcher | None, can_serve_draft: bool,
-                 progress: Progress | None, settled: Settled | None = None) -> None:
+                 progress: Progress | None, settled: Settled | None = None, *,
+                 arms: ArmDriver | None = None) -> None:
         self.spec, self.engine, self.workload, self.opts = spec, engine, workload, opts
+        self.arms: ArmDriver = self if arms is None else arms  # the seam the rule is tested on
+        self.looks: list[int] = []  # rounds at which the sequential rule looked
         self.adapter = adapter_for(engine)
         self.launcher, self.settled = launcher, settled
         self.can_serve_draft = can_serve_draft
@@ -304,8 +308,8 @@ class _Runner:
                 "time_budget", "interrupted"):
             aa = ArmData()
             for _ in range(self.opts.aa_rounds):
-                with self.server(False) as url:
-                    self.measure("A/A", url, aa, reqs, levels=(self.p95,))
+                with self.arms.server(False) as url:
+                    self.arms.measure("A/A", url, aa, reqs, levels=(self.p95,))
         raw = self._raw(reqs, base, spec, draft, probe, order)
         raw.stopping, raw.aa = stopping, aa
         return raw
@@ -327,6 +331,7 @@ class _Runner:
             r = self.round
             look = self.plan.look(r, *self._p95(base, spec), self.target)
             if look is not None:  # only after whole ABBA pairs
+                self.looks.append(r)
                 if look.ci is not None:
                     self.status = (f"P95 ratio {look.ci.ratio:.2f} [{look.ci.low:.2f}, "
                                    f"{look.ci.high:.2f}] vs {self.target:.2f}")
@@ -352,11 +357,11 @@ class _Runner:
                 if i == 1 and draft is not None and not self.cohost:  # next to this base
                     self._draft(reqs, draft)
                 order.append(arm)
-                with self.server(arm == "spec") as url:
-                    self.measure(arm, url, spec if arm == "spec" else base, reqs)
+                with self.arms.server(arm == "spec") as url:
+                    self.arms.measure(arm, url, spec if arm == "spec" else base, reqs)
                     if arm == "base":
                         with self.clock.timed("verify_probe"):
-                            self._verify_probe(url, base)
+                            self.arms.verify_probe(url, base)
                         if r % 2 == 1:  # speculation ran before this baseline: probe its flips
                             with self.clock.timed("tie_probe"):
                                 self._tie_probe(url, reqs, base, spec)
@@ -374,7 +379,7 @@ class _Runner:
         self.ties += got
         self.tie_note = note or self.tie_note
 
-    def _verify_probe(self, url: str, data: ArmData) -> None:
+    def verify_probe(self, url: str, data: ArmData) -> None:
         """v(g, batch) per level on the target alone, until each has VERIFY_SAMPLES pairs."""
         if all(len(data.verify.get(c, [])) >= VERIFY_SAMPLES for c in self.levels):
             return  # a hardware figure: more launches repeat it, and the gate never reads v
@@ -444,12 +449,12 @@ class _Runner:
     def _draft(self, reqs: dict[int, list[CompletionRequest]], data: ArmData) -> None:
         if self.opts.draft_url:
             with attach(self.opts.draft_url, timeout=self.opts.startup_timeout_s) as u:
-                self.measure("draft", u, data, reqs, metrics=False)
+                self.arms.measure("draft", u, data, reqs, metrics=False)
             return
         if self.launcher is None:
             raise BenchError("no way to serve the draft alone")
         with self.clock.up(self.launcher("draft"), "draft") as u:
-            self.measure("draft", u, data, reqs, metrics=False)
+            self.arms.measure("draft", u, data, reqs, metrics=False)
 
 
 def new_run_id() -> str:

@@ -39,6 +39,9 @@ class ScanOptions:
     # hostile scan to a few seconds while holding ~28 of the largest real templates
     max_template_total_bytes: int = 512_000
     max_config_bytes: int = 64 * 1024 * 1024
+    # EAGLE-3 d2t/t2d are read whole: real vocabularies are ~32k-260k entries (a d2t of at
+    # most 2 MB), so one past 16 M is a HIGH finding, not a multi-GB read into memory
+    max_vocab: int = 1 << 24
     progress: Callable[[str], None] | None = field(default=None, compare=False)
 
 

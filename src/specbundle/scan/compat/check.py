@@ -33,9 +33,6 @@ EAGLE_ARCHITECTURES = frozenset({"EagleLlamaForCausalLM", "EagleLlama4ForCausalL
                                  "EagleMistralLarge3ForCausalLM"})
 _MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules")
 _MAX_MTP_LAYERS = 64
-# d2t/t2d are read whole: real vocabularies are ~32k-260k entries (a d2t of at most 2 MB), so
-# a vocabulary past 16 M is not analysed (a hostile multi-GB table would be read into memory)
-_MAX_VOCAB = 1 << 24
 
 
 def _config(ctx: CheckContext, tree: ArtifactTree) -> dict[str, Any]:
@@ -212,10 +209,10 @@ class CompatCheck(Check):
             return
         f, hdr = tensors["d2t"]
         t = hdr.tensors["d2t"]
-        if max(dvocab, vocab) > _MAX_VOCAB:
+        if max(dvocab, vocab) > ctx.options.max_vocab:
             yield finding("compat.d2t", Severity.HIGH,
                           f"vocabulary of {max(dvocab, vocab)} entries: too large to analyse "
-                          f"(limit {_MAX_VOCAB})", f.rel)
+                          f"(limit {ctx.options.max_vocab})", f.rel)
             return
         if t.dtype != "I64" or t.shape != (dvocab,):
             yield finding("compat.d2t", Severity.HIGH, "d2t must be int64 [draft_vocab_size]",

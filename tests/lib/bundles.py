@@ -1,4 +1,4 @@
-"""A pulled, scanned and signed bundle plus a policy trusting its key."""
+"""Signed bundles: a pulled, scanned and signed bundle plus a policy trusting its key."""
 
 from __future__ import annotations
 

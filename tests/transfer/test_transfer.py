@@ -16,7 +16,7 @@ from specbundle.mirror import Mirror
 from specbundle.sign import sign_bundle
 from specbundle.transfer import export_bundle, import_bundle, parse_size, read_index
 from specbundle.verify import verify_bundle
-from tests.verify.conftest import Signed
+from tests.lib.bundles import Signed
 
 
 def _unshare_works() -> bool:

@@ -1,0 +1,1 @@
+"""The tests' one fixture library, by noun; its fixtures are re-exported by tests/conftest.py."""
