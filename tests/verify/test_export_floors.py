@@ -17,7 +17,7 @@ from specbundle import attest
 from specbundle.mirror import versions
 from specbundle.sign import sign_bundle
 from tests.clihelp import run_cli
-from tests.verify.conftest import Signed
+from tests.lib.bundles import Signed
 
 
 def _export(signed: Signed, capsys: pytest.CaptureFixture[str], out: Path) -> tuple[int, str]:
