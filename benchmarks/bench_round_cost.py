@@ -76,6 +76,9 @@ def main() -> int:
             print(f"{name}{' (loaded)' if a.load else ''}: {word} after {total:.0f} s, "
                   f"{st.rounds if st else '?'} rounds, stopped {st.reason if st else '?'}: "
                   f"{why}", flush=True)
+            for note in report.notes:  # where the draft probe stopped early, and why
+                if note.startswith("draft probe stopped"):
+                    print(f"  {note}")
             rounds = max(1, st.rounds if st else 1)
             for phase, s in sorted(phases.items(), key=lambda kv: -kv[1]):
                 print(f"  {phase:16s} {s:7.1f} s  {s / total:5.1%} of the run, "

@@ -66,3 +66,19 @@ def test_an_open_question_keeps_the_probe_running() -> None:
     raw = _raw([4.0, 7.5, 5.0, 8.0, 4.5, 7.0], BASE, accepted=150)  # α 0.64, c 0.40-0.76
     assert c_settled(raw, 1, 0.90, target=1.05, k=4) is None
     assert c_settled(_raw([], [], accepted=150), 1, 0.90, target=1.05, k=4) is None
+
+
+def test_the_measured_verification_cost_settles_a_self_drafting_pair_under_load() -> None:
+    """Under load c's interval is wide (here 0.80-1.14): with the paper's v = 1 a c at its
+    lower bound would still pay at g = 1, so the probe goes on; the target's own measured
+    verification cost (v ≈ 3 for 9 tokens, as on CPU) says no draft length can."""
+    from dataclasses import replace
+
+    from specbundle.bench.verifycost import VerifySample
+
+    raw = _raw([8.0, 11.4, 9.9, 10.8, 10.0, 11.2], BASE, accepted=396)
+    assert c_settled(raw, 1, 0.90, target=1.05, k=8) is None
+    v = [VerifySample(1, 8, 10.0, x) for x in (29.0, 31.0, 30.0, 30.5)]
+    raw = replace(raw, base=ArmData(verify={1: v}))
+    why = c_settled(raw, 1, 0.90, target=1.05, k=8)
+    assert why is not None and "no draft length reaches 1.05×" in why
