@@ -368,7 +368,7 @@ class _Runner:
         """The baseline's margin at each new first divergence of speculation (numerics)."""
         texts = {q.prompt_id: q.prompt for qs in reqs.values() for q in qs}
         got, note = collect(url, self.engine, base.runs, spec.runs, texts, self.ties,
-                            timeout=self.opts.request_timeout_s)
+                            timeout=self.opts.request_timeout_s, endpoint=self.endpoint)
         self.ties += got
         self.tie_note = note or self.tie_note
 
