@@ -10,6 +10,11 @@ elapsed time, beside the decision, the stopping reason and the rounds.
 
     python benchmarks/bench_round_cost.py [--pairs good,self] [--load] [--rounds 4]
         [--tokens 32] [--requests 4] [--budget 600]
+        [--size 640,18,2048,131072]   # hidden, layers, ff, vocab (f16): ~270M parameters
+
+``--size`` builds the pair at a realistic scale instead of the tests' tiny one: the issue's
+target is a 270M self-drafting pair rejected within 10 minutes on 2 cores under load and
+within 3 quiet (no such model is available offline, so a synthetic one of that shape).
 """
 
 from __future__ import annotations
@@ -55,15 +60,31 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--requests", type=int, default=4)
     ap.add_argument("--budget", type=float, default=600.0)
+    ap.add_argument("--size", default="", help="hidden,layers,ff,vocab of the target (f16)")
+    ap.add_argument("--pair", type=Path, default=None,
+                    help="reuse a pair built before (its target/ and draft/ folders)")
     a = ap.parse_args()
+    shape: dict[str, int] = {}
+    if a.size:
+        h, n, ff, v = (int(x) for x in a.size.split(","))
+        shape = {"hidden_size": h, "target_layers": n, "intermediate_size": ff,
+                 "vocab_size": v, "num_attention_heads": max(1, h // 64)}
     binary = Path(_binary())
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        pair = make_pair(root / "pair", quality="good", seed=7)
+        t0 = time.monotonic()
+        if a.pair is None:
+            built = make_pair(root / "pair", quality="good", seed=7, **shape)
+            target, draft = built.target_dir, built.draft_dir
+        else:
+            target, draft = a.pair / "target", a.pair / "draft"
+        size = (target / "model.gguf").stat().st_size
+        print(f"pair ready in {time.monotonic() - t0:.0f} s; target GGUF {size / 1e6:.0f} MB",
+              flush=True)
         mirror = Mirror.open(root / "mirror", create=True)
-        drafts = {"good": pair.draft_dir, "self": pair.target_dir}
+        drafts = {"good": draft, "self": target}
         for name in a.pairs.split(","):
-            pull_bundle(parse_spec(_doc(name, pair.target_dir, drafts[name], a)), mirror)
+            pull_bundle(parse_spec(_doc(name, target, drafts[name], a)), mirror)
             load = spinner(seed=1) if a.load else contextlib.nullcontext()
             t0 = time.monotonic()
             with load:
@@ -76,6 +97,9 @@ def main() -> int:
             print(f"{name}{' (loaded)' if a.load else ''}: {word} after {total:.0f} s, "
                   f"{st.rounds if st else '?'} rounds, stopped {st.reason if st else '?'}: "
                   f"{why}", flush=True)
+            for note in report.notes:  # where the draft probe stopped early, and why
+                if note.startswith("draft probe stopped"):
+                    print(f"  {note}")
             rounds = max(1, st.rounds if st else 1)
             for phase, s in sorted(phases.items(), key=lambda kv: -kv[1]):
                 print(f"  {phase:16s} {s:7.1f} s  {s / total:5.1%} of the run, "

@@ -151,6 +151,10 @@ def test_report_of_the_good_run(good: tuple[Signed, Decision | Rejected]) -> Non
     assert len(acc.per_position) == 8
     assert acc.mean_acceptance_length == pytest.approx(1 + acc.accepted / acc.drafts)
     assert acc.alpha is not None and lv.c_measured is not None and acc.alpha > lv.c_measured
+    # c settled (α far above its interval) after two rounds' pairs: the draft probe stopped,
+    # so later rounds launch no draft (issue 24: round cost)
+    assert lv.c_ci is not None and lv.c_ci.n_base < 4 * rounds, lv.c_ci
+    assert any(n.startswith("draft probe stopped at concurrency 1") for n in report.notes)
     assert lv.predicted_improvement is not None and lv.c_black_box is not None
     assert report.ceiling.drop == 0.0
     html = s.mirror.read_bundle_file("good", f"bench/{d.bench_run_id}/report.html")

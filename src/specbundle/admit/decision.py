@@ -62,12 +62,15 @@ def _ratio(report: BenchReport, t: AdmissionThresholds) -> Criterion:
     p95 = report.settings.p95_concurrency
     lv = report.at_p95
     thr = f">= {t.min_throughput_ratio_lower_bound:.3f}"
-    if lv is None or lv.ratio is None:
+    st = report.stopping
+    if lv is None or lv.ratio is None:  # a run cut short before two rounds per arm says so
+        cut = (f" (inconclusive: stopped after {st.rounds} rounds, "
+               f"{st.reason.replace('_', ' ')})" if st is not None and st.reason in _CUT_SHORT
+               else "")
         return Criterion("throughput_ratio", False, "unmeasured", thr,
-                         f"throughput ratio at P95 concurrency {p95} unmeasured")
+                         f"throughput ratio at P95 concurrency {p95} unmeasured{cut}")
     r = lv.ratio
     ok = r.low >= t.min_throughput_ratio_lower_bound
-    st = report.stopping
     # the sequential rule's repeated CI: the gate reads the interval the rule stopped on
     looks = looks_text(st.looks, st.per_look_confidence, report.settings.confidence) \
         if st is not None and st.looks > 1 else ""

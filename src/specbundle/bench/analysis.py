@@ -29,8 +29,8 @@ from specbundle.bench.runner import ArmData, RawRun
 from specbundle.bench.sglang_meta import chain_only
 from specbundle.bench.verifycost import VerifyCost, verify_cost
 
-__all__ = ["AnalysisInputs", "acceptance", "alpha_c_settled", "analyse_levels", "ceiling",
-           "validity"]
+__all__ = ["AnalysisInputs", "acceptance", "alpha_c_settled", "analyse_levels", "c_settled",
+           "ceiling", "validity"]
 
 _REPETITION_FLOOR = 0.3  # distinct char 4-gram ratio below this = a repetition loop
 
@@ -359,3 +359,39 @@ def alpha_c_settled(raw: RawRun, c: int, confidence: float) -> str | None:
     return (f"α ≤ c settled at concurrency {c}: acceptance α {alpha:.3f} is not above the draft "
             f"cost c's lower bound {ci.low:.3f} ({ci.ratio:.3f}, {ci.n_base} pairs): no draft "
             "length can pay, so the rounds stop and admission rejects")
+
+
+def c_settled(raw: RawRun, c: int, confidence: float, *, target: float, k: int) -> str | None:
+    """Why more draft-alone samples at concurrency ``c`` cannot change the decision, else None.
+
+    c reaches the decision only through the gate's α > c (judged at c's upper bound) and, via
+    the cost model, through whether any draft length can pay. Settled once the interval
+    decides α > c either way (α above its upper bound, or not above its lower bound), or once
+    even its lower bound leaves every draft length g = 1..K below the admission ``target`` in
+    the extended model τ/(g·c + v), with v at its measured lower bound (the paper's v = 1
+    before three probe samples): then the c values more samples could still reveal all say
+    speculation does not pay, whichever side of α they fall. The runner then stops the draft
+    probe at that level (issue 24: round cost); c keeps the interval it had, which stays the
+    one the report and the gate read.
+    """
+    ci = checks.draft_cost_ci(raw, c, confidence)
+    alpha = acceptance(raw.engine, raw.spec.deltas.get(c, []), raw.spec.runs.get(c, []),
+                       raw.spec.props).alpha
+    # the sign-test interval holds its confidence only from 2·½ⁿ ≤ 1 − confidence on (below
+    # that it is the full range of a handful of pairs): settle nothing on fewer pairs
+    if ci is None or alpha is None or 2.0 * 0.5 ** ci.n_base > 1.0 - confidence:
+        return None
+    said = f"c {ci.ratio:.3f} [{ci.low:.3f}, {ci.high:.3f}] over {ci.n_base} pairs, α {alpha:.3f}"
+    if alpha > ci.high or alpha <= ci.low:
+        return f"{said}: α {'>' if alpha > ci.high else '≤'} c is settled"
+    vc = verify_cost(raw.base.verify.get(c, []), confidence=confidence)
+
+    def v(g: int) -> float:  # verification cost at its lower bound, else the paper's v = 1
+        return costmodel.v_at(vc.low, vc.g, g) if vc is not None and vc.samples >= 3 else 1.0
+
+    best = max(costmodel.extended_improvement(alpha, g, ci.low, v(g))
+               for g in range(1, max(k, 1) + 1))
+    if best < target:
+        return (f"{said}: even at c's lower bound no draft length reaches {target:.2f}× "
+                f"(best {best:.2f}×)")
+    return None

@@ -25,6 +25,7 @@ from specbundle.bench.analysis import (
     AnalysisInputs,
     alpha_c_settled,
     analyse_levels,
+    c_settled,
     ceiling,
     validity,
 )
@@ -36,12 +37,10 @@ from specbundle.bench.runner import (
     BenchOptions,
     Progress,
     RawRun,
-    binary_env,
     new_run_id,
-    resolve_program,
     run_raw,
 )
-from specbundle.bench.servers import attach, free_port, launch
+from specbundle.bench.servers import attach, binary_env, free_port, launch, resolve_program
 from specbundle.bench.verdict import bench_verdict
 from specbundle.bench.workload import (
     Workload,
@@ -287,10 +286,15 @@ def run_bench(bundle: Bundle, *, engine: str = "llamacpp",
             settings_equal, note = man.settings_equal, man.settings_note
             server.update(script=str(man.script), argv=man.argv, runtime=opts.runtime)
         p95 = spec.deployment.p95_concurrency
+        ll, target = spec.engines.llamacpp, (opts.target_ratio
+                                             or spec.admission.min_throughput_ratio_lower_bound)
+        k = (ll.draft_n_max if ll else None) or spec.speculative.num_speculative_tokens
         raw = run_raw(spec, engine, workload, opts, launcher=launcher,
                       can_serve_draft=can_draft, progress=progress,
                       settled=(lambda r: alpha_c_settled(r, p95, opts.confidence))
-                      if spec.admission.require_alpha_above_c else None)
+                      if spec.admission.require_alpha_above_c else None,
+                      c_settled=lambda r, c: c_settled(r, c, opts.confidence, target=target,
+                                                       k=k))
         raw.run_id, raw.settings_equal, raw.settings_note = run_id, settings_equal, note
         if raw.spec.props and raw.base.props:
             server["build"] = raw.spec.props.get("build_info")

@@ -98,8 +98,9 @@ class VllmAdapter:
     serves_gguf: bool = False
 
     def request_extras(self) -> Mapping[str, Any]:
-        """Nothing beyond the common body (continuous usage gives per-chunk token counts)."""
-        return {}
+        """The generated token ids on every chunk (``return_token_ids``): agreement compares
+        ids, and the near-tie probe finds speculation's first divergence by them."""
+        return {"return_token_ids": True}
 
     def read_metrics(self, scrape: Scrape) -> EngineReading:
         """``vllm:*`` counters summed over engines."""

@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,8 +59,8 @@ from specbundle.spec import BundleSpec
 from specbundle.strict import MalformedDocument
 
 __all__ = [
-    "ArmData", "BenchOptions", "Launcher", "Progress", "RawRun", "binary_env", "new_run_id",
-    "resolve_program", "run_raw", "sweep_levels",
+    "ArmData", "BenchOptions", "CSettled", "Launcher", "Progress", "RawRun", "new_run_id",
+    "run_raw", "sweep_levels",
 ]
 
 #: (what is running now, steps done so far, total steps); ``what`` names the round, the arm,
@@ -72,6 +70,8 @@ Progress = Callable[[str, int, int], None]
 Launcher = Callable[[str], AbstractContextManager[str]]
 #: At a look, the runs so far -> why α ≤ c is settled (stop and reject), else None.
 Settled = Callable[["RawRun"], str | None]
+#: Before a draft probe, the runs so far and a level -> why c is settled there, else None.
+CSettled = Callable[["RawRun", int], str | None]
 
 
 @dataclass(frozen=True)
@@ -159,13 +159,14 @@ class RawRun:
 class _Runner:
     def __init__(self, spec: BundleSpec, engine: str, workload: Workload, opts: BenchOptions,
                  launcher: Launcher | None, can_serve_draft: bool,
-                 progress: Progress | None, settled: Settled | None = None, *,
-                 arms: ArmDriver | None = None) -> None:
+                 progress: Progress | None, settled: Settled | None = None,
+                 c_settled: CSettled | None = None, *, arms: ArmDriver | None = None) -> None:
         self.spec, self.engine, self.workload, self.opts = spec, engine, workload, opts
         self.arms: ArmDriver = self if arms is None else arms  # the seam the rule is tested on
         self.looks: list[int] = []  # rounds at which the sequential rule looked
         self.adapter = adapter_for(engine)
-        self.launcher, self.settled = launcher, settled
+        self.launcher, self.settled, self.c_settled = launcher, settled, c_settled
+        self.c_done: dict[int, str] = {}  # levels whose draft probe stopped, and why
         self.can_serve_draft = can_serve_draft
         self.progress = progress
         b = spec.bench
@@ -246,13 +247,7 @@ class _Runner:
         model = served_model(url)
         if data.props is None:
             data.props = get_json(url, self.adapter.props_path)
-        if self.warmup:
-            warm = [CompletionRequest(p.id, p.text, self.max_tokens,
-                                      temperature=self.spec.speculative.temperature,
-                                      extras=dict(self.adapter.request_extras()))
-                    for p in (self.workload.warmup * self.warmup)[: self.warmup]]
-            with self.clock.timed("warmup"):
-                self._run(url, model, warm, min(self.warmup, max(self.levels)))
+        self._warm(url, model)
         for c in levels or self.levels:
             self._check_time()
             self._tick(f"{arm} c={c}")
@@ -355,7 +350,8 @@ class _Runner:
             for i, arm in enumerate(("base", "spec") if r % 2 == 0 else ("spec", "base")):
                 self._check_time()  # no launch starts past the budget (levels check too)
                 if i == 1 and draft is not None and not self.cohost:  # next to this base
-                    self._draft(reqs, draft)
+                    self._draft(reqs, draft, self._open_levels(self._raw(
+                        reqs, base, spec, draft, probe, order)))
                 order.append(arm)
                 with self.arms.server(arm == "spec") as url:
                     self.arms.measure(arm, url, spec if arm == "spec" else base, reqs)
@@ -366,7 +362,8 @@ class _Runner:
                             with self.clock.timed("tie_probe"):
                                 self._tie_probe(url, reqs, base, spec)
                         if draft is not None and self.cohost:
-                            self._draft_probe(url, reqs, draft, probe)
+                            self._draft_probe(url, reqs, draft, probe, self._open_levels(
+                                self._raw(reqs, base, spec, draft, probe, order)))
                 self.mark = marks(arms, len(order))  # a whole launch: kept if stopped later
             self.round += 1
 
@@ -375,7 +372,7 @@ class _Runner:
         """The baseline's margin at each new first divergence of speculation (numerics)."""
         texts = {q.prompt_id: q.prompt for qs in reqs.values() for q in qs}
         got, note = collect(url, self.engine, base.runs, spec.runs, texts, self.ties,
-                            timeout=self.opts.request_timeout_s)
+                            timeout=self.opts.request_timeout_s, endpoint=self.endpoint)
         self.ties += got
         self.tie_note = note or self.tie_note
 
@@ -413,24 +410,41 @@ class _Runner:
                         reason=reason, rounds=rounds, budget=self.budget, elapsed=elapsed,
                         notes=self.notes)
 
+    def _warm(self, url: str, model: str) -> None:
+        """Held-out warm-up requests on a fresh launch (not counted)."""
+        if self.warmup:
+            warm = [CompletionRequest(p.id, p.text, self.max_tokens,
+                                      temperature=self.spec.speculative.temperature,
+                                      extras=dict(self.adapter.request_extras()))
+                    for p in (self.workload.warmup * self.warmup)[: self.warmup]]
+            with self.clock.timed("warmup"):
+                self._run(url, model, warm, min(self.warmup, max(self.levels)))
+
+    def _open_levels(self, raw: RawRun) -> tuple[int, ...]:
+        """The levels whose c is not settled yet. Sticky: a stopped probe stays stopped, so
+        the draft's launch-paired rounds stay a prefix of the baseline's (same pairing)."""
+        for c in self.levels:
+            why = None if c in self.c_done or self.c_settled is None else self.c_settled(raw, c)
+            if why:
+                self.c_done[c] = why
+                self.notes.append(f"draft probe stopped at concurrency {c} (round "
+                                  f"{self.round + 1}): {why}")
+        return tuple(c for c in self.levels if c not in self.c_done)
+
     def _draft_probe(self, base_url: str, reqs: dict[int, list[CompletionRequest]],
-                     draft: ArmData, probe: ArmData) -> None:
+                     draft: ArmData, probe: ArmData, levels: tuple[int, ...]) -> None:
         """With the baseline still up: alternate groups of ``c`` requests between the
         baseline and the draft alone (B D, D B, ...), one (draft, baseline) pair per group."""
+        if not levels:
+            return  # c settled at every level: no launch
         ctx = attach(self.opts.draft_url, timeout=self.opts.startup_timeout_s) \
             if self.opts.draft_url else self._launch_draft()
         with self.clock.up(ctx, "draft") as durl:
             dmodel, bmodel = served_model(durl), served_model(base_url)
             if draft.props is None:
                 draft.props = get_json(durl, self.adapter.props_path)
-            if self.warmup:
-                warm = [CompletionRequest(p.id, p.text, self.max_tokens,
-                                          temperature=self.spec.speculative.temperature,
-                                          extras=dict(self.adapter.request_extras()))
-                        for p in (self.workload.warmup * self.warmup)[: self.warmup]]
-                with self.clock.timed("warmup"):
-                    self._run(durl, dmodel, warm, min(self.warmup, max(self.levels)))
-            for c in self.levels:
+            self._warm(durl, dmodel)
+            for c in levels:
                 self._check_time()
                 self._tick(f"draft c={c}")
                 group = reqs[c]
@@ -446,15 +460,16 @@ class _Runner:
         if self.launcher is None:
             raise BenchError("no way to serve the draft alone")
         return self.launcher("draft")
-    def _draft(self, reqs: dict[int, list[CompletionRequest]], data: ArmData) -> None:
-        if self.opts.draft_url:
-            with attach(self.opts.draft_url, timeout=self.opts.startup_timeout_s) as u:
-                self.arms.measure("draft", u, data, reqs, metrics=False)
-            return
-        if self.launcher is None:
-            raise BenchError("no way to serve the draft alone")
-        with self.clock.up(self.launcher("draft"), "draft") as u:
-            self.arms.measure("draft", u, data, reqs, metrics=False)
+
+    def _draft(self, reqs: dict[int, list[CompletionRequest]], data: ArmData,
+               levels: tuple[int, ...]) -> None:
+        """The draft alone as its own launch (servers that cannot run beside the baseline)."""
+        if not levels:
+            return  # c settled at every level: no launch
+        ctx = attach(self.opts.draft_url, timeout=self.opts.startup_timeout_s) \
+            if self.opts.draft_url else self._launch_draft()
+        with self.clock.up(ctx, "draft") as u:
+            self.arms.measure("draft", u, data, reqs, metrics=False, levels=levels)
 
 
 def new_run_id() -> str:
@@ -465,33 +480,15 @@ def new_run_id() -> str:
     return f"{stamp[:15]}-{uuid.uuid4().hex[:6]}"
 
 
-def binary_env(binary: Path | None, env_name: str) -> dict[str, str]:
-    """The engine binary override for a rendered script (``LLAMA_SERVER=...``)."""
-    if binary is not None:
-        return {env_name: str(binary)}
-    found = os.environ.get(env_name)
-    return {env_name: found} if found else {}
-
-
-def resolve_program(program: tuple[str, ...], env: Mapping[str, str], env_name: str) -> list[str]:
-    """The first word of a command with the binary override applied, else from PATH."""
-    first = env.get(env_name) or shutil.which(program[0])
-    if not first:
-        raise BenchError(f"{program[0]} not found", hint=f"set {env_name} or put it on PATH")
-    if not shutil.which(first):
-        raise BenchError(f"engine binary {first} ({env_name} / --binary) is not an executable "
-                         "file", hint=f"point {env_name} or --binary at the {program[0]} binary")
-    return [first, *program[1:]]
-
-
 def run_raw(spec: BundleSpec, engine: str, workload: Workload, opts: BenchOptions, *,
             launcher: Launcher | None, can_serve_draft: bool = False,
-            progress: Progress | None = None, settled: Settled | None = None) -> RawRun:
+            progress: Progress | None = None, settled: Settled | None = None,
+            c_settled: CSettled | None = None) -> RawRun:
     """Measure both arms (and the draft alone) and return the raw runs.
 
     ``launcher`` starts arms from the bundle's manifest; without one, the servers given by
     URL in ``opts`` are used.
     """
     runner = _Runner(spec, engine, workload, opts, launcher, can_serve_draft, progress,
-                     settled)
+                     settled, c_settled)
     return runner.run()

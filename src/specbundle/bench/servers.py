@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,7 +29,8 @@ import httpx
 from specbundle.bench.prometheus import Scrape, parse_scrape
 from specbundle.errors import BenchError
 
-__all__ = ["attach", "free_port", "get_json", "launch", "scrape", "served_model"]
+__all__ = ["attach", "binary_env", "free_port", "get_json", "launch", "resolve_program", "scrape",
+           "served_model"]
 
 _LOCAL = ("127.0.0.1", "localhost", "::1")
 
@@ -166,3 +168,22 @@ def served_model(url: str) -> str:
     if isinstance(data, list) and data and isinstance(data[0], dict) and "id" in data[0]:
         return str(data[0]["id"])
     return "default"
+
+
+def binary_env(binary: Path | None, env_name: str) -> dict[str, str]:
+    """The engine binary override for a rendered script (``LLAMA_SERVER=...``)."""
+    if binary is not None:
+        return {env_name: str(binary)}
+    found = os.environ.get(env_name)
+    return {env_name: found} if found else {}
+
+
+def resolve_program(program: tuple[str, ...], env: Mapping[str, str], env_name: str) -> list[str]:
+    """The first word of a command with the binary override applied, else from PATH."""
+    first = env.get(env_name) or shutil.which(program[0])
+    if not first:
+        raise BenchError(f"{program[0]} not found", hint=f"set {env_name} or put it on PATH")
+    if not shutil.which(first):
+        raise BenchError(f"engine binary {first} ({env_name} / --binary) is not an executable "
+                         "file", hint=f"point {env_name} or --binary at the {program[0]} binary")
+    return [first, *program[1:]]
