@@ -15,7 +15,9 @@ import contextlib
 import json
 import os
 import subprocess
+import threading
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,8 @@ from specbundle.bench.client import AiohttpTransport, CompletionRequest, run_lev
 from specbundle.bench.servers import free_port, launch
 from specbundle.render.vllm_oracle import INSTALL_HINT, find_vllm, oracle_env
 
-__all__ = ["VLLM_CPU_ARGS", "client_throughput", "find_test_vllm", "vllm_bench_serve",
-           "vllm_completion", "vllm_env", "vllm_server"]
+__all__ = ["VLLM_CPU_ARGS", "client_throughput", "find_test_vllm", "side_by_side",
+           "vllm_bench_serve", "vllm_completion", "vllm_env", "vllm_server"]
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What a CPU boot needs in ``engines.vllm.extra_args`` (torch.compile boots take 2-4x longer
@@ -65,6 +67,55 @@ def vllm_server(script: Path, vllm_bin: Path, *, tmp: Path, speculation: bool = 
                 log=log or tmp / ("spec.log" if speculation else "base.log"),
                 timeout=BOOT_TIMEOUT_S) as url:
         yield url
+
+
+class _Held(threading.Thread):
+    """One server context, entered and left on this thread: the engine's parent-death signal
+    (``servers.launch``) belongs to the thread that started it, so that thread must live as
+    long as the server does."""
+
+    def __init__(self, ctx: AbstractContextManager[str]) -> None:
+        super().__init__(daemon=True)
+        self.ctx = ctx
+        self.url = ""
+        self.error: BaseException | None = None
+        self.ready, self.stop = threading.Event(), threading.Event()
+
+    def run(self) -> None:
+        try:
+            with self.ctx as url:
+                self.url = url
+                self.ready.set()
+                self.stop.wait()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+            self.error = err
+        finally:
+            self.ready.set()
+
+
+@contextlib.contextmanager
+def side_by_side(*servers: AbstractContextManager[str]) -> Iterator[list[str]]:
+    """Boot ``servers`` at once and yield their URLs (in order); all are stopped on exit.
+
+    A vLLM CPU boot is mostly one process after another importing torch and vLLM on one
+    core, so two boots on a 2-core box take little longer than one: only boots overlap,
+    never a measurement (nothing is sent until every server is up).
+    """
+    held = [_Held(ctx) for ctx in servers]
+    try:
+        for h in held:
+            h.start()
+        for h in held:
+            h.ready.wait()
+        failed = [h.error for h in held if h.error is not None]
+        if failed:
+            raise failed[0]
+        yield [h.url for h in held]
+    finally:
+        for h in held:
+            h.stop.set()
+        for h in held:
+            h.join()
 
 
 def vllm_completion(url: str, model: str, prompt: str, *, max_tokens: int = 32,

@@ -31,13 +31,23 @@ def _bench(root: Path, name: str, pair: SynthPair, binary: Path, **opts: Any) ->
     return run_bench(read_unsigned(mirror, name), options=BenchOptions(binary=binary, **opts))
 
 
+@pytest.fixture(scope="module")
+def _measured() -> dict[str, BenchReport]:
+    """The good pair's report, measured once for the module's claims about that run."""
+    return {}
+
+
 @pytest.fixture
-def good_report(tmp_path: Path, bench_pairs: dict[str, SynthPair],
-                llama_server_bin: Path) -> BenchReport:
-    # per test, not per module: a statistical claim re-measured on a rerun must be measured
-    # again (a module fixture hands every rerun the same report)
-    return _bench(tmp_path, "good", bench_pairs["good"],
-                  llama_server_bin, rounds=4, max_rounds=8)
+def good_report(request: pytest.FixtureRequest, tmp_path: Path,
+                bench_pairs: dict[str, SynthPair], llama_server_bin: Path,
+                _measured: dict[str, BenchReport]) -> BenchReport:
+    # Both tests below judge the same run, so it is measured once; but a statistical claim
+    # re-measured on a rerun must be measured again (pytest-rerunfailures counts executions):
+    # a rerun benches afresh, and the tests after it read the fresh report.
+    if "good" not in _measured or getattr(request.node, "execution_count", 1) > 1:
+        _measured["good"] = _bench(tmp_path, "good", bench_pairs["good"],
+                                   llama_server_bin, rounds=4, max_rounds=8)
+    return _measured["good"]
 
 
 def test_verification_dominates_and_the_extended_model_explains_it(

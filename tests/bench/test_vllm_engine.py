@@ -1,10 +1,12 @@
 """The real vLLM (CPU build) in the loop: rendered serve.sh boots, bench, admit, cross-check.
 
-Boots are the cost here (about a minute each on an idle 2-core box), so one module shares
-them: the baseline arm boots once; each method's speculative arm boots once and serves one
-or more tests; at most three servers (speculative, baseline, draft alone) run at once. Every
-server is started from the bundle's own rendered ``serve.sh`` (or, for the draft alone, from
-the baseline command with the draft swapped in, as ``specbundle bench`` does).
+Boots are the cost here (about a minute each on an idle 2-core box, several on a loaded
+one), so one module shares them: the baseline arm boots once; each method's speculative arm
+boots once and serves one or more tests; servers that are needed together boot together
+(``side_by_side``: a boot is mostly imports on one core, and nothing is measured while one
+runs); at most three servers (speculative, baseline, draft alone) run at once. Every server
+is started from the bundle's own rendered ``serve.sh`` (or, for the draft alone, from the
+baseline command with the draft swapped in, as ``specbundle bench`` does).
 
 What is held: the flag set render emits boots for draft_model, eagle3, eagle, ngram and a
 per-batch-size schedule, and speculates (counters move, greedy output equals the baseline's);
@@ -40,6 +42,7 @@ from specbundle.spec import parse_spec
 from tests._vllm import (
     BOOT_TIMEOUT_S,
     client_throughput,
+    side_by_side,
     vllm_bench_serve,
     vllm_completion,
     vllm_env,
@@ -149,12 +152,38 @@ def _greedy_and_counters(url: str, name: str) -> tuple[dict[str, str], dict[str,
     return texts, {k: after.get(k, 0.0) - before.get(k, 0.0) for k in COUNTERS}
 
 
-@pytest.mark.parametrize("name", ["vhead3", "vhead1", "vngram", "vsched"])
-def test_rendered_manifest_boots_and_speculates(box: Box, reference: dict[str, str],
-                                                name: str) -> None:
+#: The method bundles, booted two at a time beside the baseline (three servers at most).
+METHOD_PAIRS = (("vhead3", "vhead1"), ("vngram", "vsched"))
+Served = tuple[dict[str, str], dict[str, float]]
+
+
+@pytest.fixture(scope="module")
+def methods(box: Box, baseline: str) -> dict[str, Served | BaseException]:
+    """Each method's greedy texts and counter deltas (or why its server failed), per name."""
+    del baseline  # booted first: the servers of a pair then boot side by side beside it
+    out: dict[str, Served | BaseException] = {}
+    for pair in METHOD_PAIRS:
+        try:
+            with side_by_side(*(box.serve(n) for n in pair)) as urls:
+                for name, url in zip(pair, urls, strict=True):
+                    try:
+                        out[name] = _greedy_and_counters(url, name)
+                    except Exception as err:  # noqa: BLE001 - raised again by its test
+                        out[name] = err
+        except Exception as err:  # noqa: BLE001 - a boot failed: raised again by each test
+            for name in pair:
+                out.setdefault(name, err)
+    return out
+
+
+@pytest.mark.parametrize("name", [n for pair in METHOD_PAIRS for n in pair])
+def test_rendered_manifest_boots_and_speculates(methods: dict[str, Served | BaseException],
+                                                reference: dict[str, str], name: str) -> None:
     """The flag set render emits starts vLLM as is, drafts, and keeps greedy output exact."""
-    with box.serve(name) as url:
-        texts, delta = _greedy_and_counters(url, name)
+    got = methods[name]
+    if isinstance(got, BaseException):
+        raise got
+    texts, delta = got
     assert delta[COUNTERS[1]] >= delta[COUNTERS[0]] >= 0
     assert 0 <= delta[COUNTERS[2]] <= delta[COUNTERS[1]]
     if name != "vngram":  # the heads draft every step (random heads: acceptance may be 0);
@@ -195,7 +224,7 @@ def _bench(box: Box, name: str, spec_url: str, base_url: str, draft_url: str) ->
 @pytest.fixture(scope="module")
 def good(box: Box, baseline: str) -> Iterator[tuple[Benched, str]]:
     """The good pair benched; its speculative server stays up for the cross-check."""
-    with box.serve("vgood") as spec_url, box.serve_draft("vgood") as draft_url:
+    with side_by_side(box.serve("vgood"), box.serve_draft("vgood")) as (spec_url, draft_url):
         yield _bench(box, "vgood", spec_url, baseline, draft_url), spec_url
 
 
@@ -203,7 +232,7 @@ def good(box: Box, baseline: str) -> Iterator[tuple[Benched, str]]:
 def bad(box: Box, baseline: str, good: tuple[Benched, str]) -> Benched:
     """The bad pair benched after the good one (its servers replace the good ones)."""
     del good  # ordering only: never more than three servers at once
-    with box.serve("vbad") as spec_url, box.serve_draft("vbad") as draft_url:
+    with side_by_side(box.serve("vbad"), box.serve_draft("vbad")) as (spec_url, draft_url):
         return _bench(box, "vbad", spec_url, baseline, draft_url)
 
 
