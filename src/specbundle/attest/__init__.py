@@ -29,6 +29,11 @@ Public API (stable; other stages code against it)::
     check_statement(envelope, trusted_keys) -> CheckedStatement(.statement, .signers, .check)
     parse_statement(payload_bytes) -> Statement;  Statement.time -> datetime | None
 
+    # typed predicates: one frozen model per type and version   (specbundle.attest.models)
+    Statement.of(subjects, PairBindingV1(...)) -> Statement;  statement.typed -> model
+    statement.typed_as(PairBindingV1) -> PairBindingV1   # any other type: WrongPredicateType
+    parse_predicate(predicate_type, predicate) -> PredicateModel; MODEL_BY_PREDICATE
+
     # predicate types                                          (specbundle.attest.predicates)
     SLSA_PROVENANCE_V1 (fetch provenance), SCAN_RESULT (in-toto test-result v0.1),
     PAIR_BINDING_V1, BENCH_EVIDENCE_V1, SLSA_VSA_V1 (admission), TRANSFER_INDEX_V1,
@@ -105,11 +110,16 @@ from specbundle.attest.log import (
     attestations_path,
     read_attestations,
 )
+from specbundle.attest.models import (
+    MODEL_BY_PREDICATE,
+    PredicateModel,
+    WrongPredicateType,
+    parse_predicate,
+)
 from specbundle.attest.oms import (
     OmsManifest,
     OtherKey,
     Resource,
-    WrongPredicateType,
     build_model_sig,
     model_sig_chain,
     open_model_sig,
@@ -117,8 +127,10 @@ from specbundle.attest.oms import (
 )
 from specbundle.attest.predicates import (
     BENCH_EVIDENCE_V1,
+    BUNDLE_MANIFEST_V1,
     FETCH_BUILD_TYPE_V1,
     KIND_BY_PREDICATE,
+    LOG_CHECKPOINT_V1,
     OMS_SIGNATURE_V1,
     PAIR_BINDING_V1,
     PREDICATE_BY_KIND,
@@ -128,6 +140,7 @@ from specbundle.attest.predicates import (
     SLSA_VSA_V1,
     SPECBUNDLE_URI,
     TRANSFER_INDEX_V1,
+    TUNE_SCHEDULE_V1,
     parse_time,
     statement_time,
 )
@@ -145,10 +158,13 @@ from specbundle.attest.statement import (
 __all__ = [
     "ATTESTATIONS_FILE",
     "BENCH_EVIDENCE_V1",
+    "BUNDLE_MANIFEST_V1",
     "CLOCK_SKEW",
     "FETCH_BUILD_TYPE_V1",
     "INTOTO_PAYLOAD_TYPE",
     "KIND_BY_PREDICATE",
+    "LOG_CHECKPOINT_V1",
+    "MODEL_BY_PREDICATE",
     "OMS_SIGNATURE_V1",
     "PAIR_BINDING_V1",
     "PREDICATE_BY_KIND",
@@ -159,6 +175,7 @@ __all__ = [
     "SPECBUNDLE_URI",
     "STATEMENT_TYPE",
     "TRANSFER_INDEX_V1",
+    "TUNE_SCHEDULE_V1",
     "CertIdentity",
     "ChainTrust",
     "CheckedStatement",
@@ -169,6 +186,7 @@ __all__ = [
     "MalformedEnvelope",
     "OmsManifest",
     "OtherKey",
+    "PredicateModel",
     "PublicKey",
     "Resource",
     "Signature",
@@ -192,6 +210,7 @@ __all__ = [
     "open_model_sig",
     "open_model_sig_chain",
     "pae",
+    "parse_predicate",
     "parse_statement",
     "parse_time",
     "public_key_from_pem",

@@ -14,8 +14,10 @@ from typing import Any
 
 __all__ = [
     "BENCH_EVIDENCE_V1",
+    "BUNDLE_MANIFEST_V1",
     "FETCH_BUILD_TYPE_V1",
     "KIND_BY_PREDICATE",
+    "LOG_CHECKPOINT_V1",
     "OMS_SIGNATURE_V1",
     "PAIR_BINDING_V1",
     "PREDICATE_BY_KIND",
@@ -45,6 +47,10 @@ TRANSFER_INDEX_V1 = f"{SPECBUNDLE_URI}/attestation/transfer-index/v1"
 #: A key revocation (recorded in the mirror's event log, not a bundle statement, so it has
 #: no policy *kind*): subject = the revoked fingerprint, predicate = reason + ``timeCreated``.
 REVOCATION_V1 = f"{SPECBUNDLE_URI}/attestation/revocation/v1"
+#: One signed, immutable statement per bundle version (``versions/<N>/``, not the log).
+BUNDLE_MANIFEST_V1 = f"{SPECBUNDLE_URI}/attestation/bundle-manifest/v1"
+#: A signed event-log head (``audit/checkpoints.jsonl``, not a bundle statement).
+LOG_CHECKPOINT_V1 = f"{SPECBUNDLE_URI}/attestation/log-checkpoint/v1"
 
 #: ``buildDefinition.buildType`` of the fetch provenance (pull is the "build").
 FETCH_BUILD_TYPE_V1 = f"{SPECBUNDLE_URI}/build/fetch/v1"

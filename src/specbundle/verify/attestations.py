@@ -22,6 +22,7 @@ from specbundle.attest import (
     SLSA_VSA_V1,
     CheckedStatement,
     Envelope,
+    WrongPredicateType,
     check_statement,
 )
 from specbundle.attest.predicates import TUNE_SCHEDULE_V1
@@ -97,6 +98,10 @@ def _open_all(envs: Sequence[Envelope], policy: TrustPolicy) -> tuple[
         where = f"attestation #{i}"
         try:
             cs = check_statement(env, policy.public_keys)
+        except WrongPredicateType as err:  # a type (or version) no model exists for
+            problems.append(Problem("wrong-predicate-type", where, err.message,
+                                    ", ".join(sorted(KIND_BY_PREDICATE)), err.predicate_type))
+            continue
         except VerificationError as err:
             problems.append(Problem("malformed", where, err.message))
             continue

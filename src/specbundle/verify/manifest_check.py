@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from specbundle.attest import Envelope, check_statement
-from specbundle.attest.manifest import BUNDLE_MANIFEST_V1, BundleManifest, parse_manifest
+from specbundle.attest import Envelope, WrongPredicateType, check_statement
+from specbundle.attest.manifest import BundleManifest, parse_manifest
 from specbundle.digest import sha256_bytes
 from specbundle.errors import VerificationError
 from specbundle.mirror import Mirror, versions
@@ -56,7 +56,7 @@ def open_manifest(
                 or "signed by no key of the trust policy", "a trusted signature", None)]
         man = parse_manifest(cs.statement, cs.check.payload)
     except VerificationError as err:
-        kind = "wrong-predicate-type" if BUNDLE_MANIFEST_V1 in err.message else "malformed"
+        kind = "wrong-predicate-type" if isinstance(err, WrongPredicateType) else "malformed"
         return None, frozenset(), [Problem(kind, who, err.message)]  # type: ignore[arg-type]
     problems: list[Problem] = []
     if man.bundle != name:
