@@ -115,6 +115,7 @@ from specbundle.attest.models import (
     PredicateModel,
     WrongPredicateType,
     parse_predicate,
+    statement_time,
 )
 from specbundle.attest.oms import (
     OmsManifest,
@@ -142,7 +143,6 @@ from specbundle.attest.predicates import (
     TRANSFER_INDEX_V1,
     TUNE_SCHEDULE_V1,
     parse_time,
-    statement_time,
 )
 from specbundle.attest.statement import (
     STATEMENT_TYPE,

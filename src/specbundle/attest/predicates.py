@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 __all__ = [
     "BENCH_EVIDENCE_V1",
@@ -30,7 +29,6 @@ __all__ = [
     "TRANSFER_INDEX_V1",
     "TUNE_SCHEDULE_V1",
     "parse_time",
-    "statement_time",
 ]
 
 SPECBUNDLE_URI = "https://specbundle.dev"
@@ -78,18 +76,3 @@ def parse_time(value: object) -> datetime | None:
     except ValueError:
         return None
     return t if t.tzinfo else t.replace(tzinfo=UTC)
-
-
-def statement_time(predicate_type: str, predicate: Mapping[str, Any]) -> datetime | None:
-    """When the claim was made, from the field each predicate type defines for it.
-
-    SLSA provenance: ``runDetails.metadata.finishedOn``; VSA: ``timeVerified``; everything
-    else specbundle writes (including its test-result) carries ``timeCreated`` (the in-toto
-    SVR name). A statement without a time cannot satisfy a max-age policy (fail closed).
-    """
-    if predicate_type == SLSA_PROVENANCE_V1:
-        meta = predicate.get("runDetails", {}).get("metadata", {})
-        return parse_time(meta.get("finishedOn") or meta.get("startedOn"))
-    if predicate_type == SLSA_VSA_V1:
-        return parse_time(predicate.get("timeVerified"))
-    return parse_time(predicate.get("timeCreated"))

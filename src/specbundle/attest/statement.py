@@ -25,7 +25,7 @@ from specbundle.attest.dsse import (
 )
 from specbundle.attest.keys import PublicKey, SigningKey
 from specbundle.attest.models import PredicateModel, WrongPredicateType, parse_predicate
-from specbundle.attest.predicates import statement_time
+from specbundle.attest.predicates import parse_time
 from specbundle.errors import VerificationError
 from specbundle.strict import loads_json
 
@@ -120,7 +120,10 @@ class Statement:
     @property
     def time(self) -> datetime | None:
         """The signed time of the claim, where the predicate type defines one."""
-        return statement_time(self.predicate_type, self.predicate)
+        try:
+            return parse_time(self.typed.signed_time())
+        except VerificationError:  # an untyped statement has no signed time (fail closed)
+            return None
 
     def digests(self, algorithm: str) -> set[str]:
         """All subject digests of one algorithm (e.g. ``sha256``, ``gitCommit``)."""

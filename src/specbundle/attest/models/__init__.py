@@ -9,6 +9,7 @@ model is refused with :class:`WrongPredicateType`, on writing and on reading ali
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -45,6 +46,7 @@ from specbundle.attest.models.standard import (
     ScanSummary,
     VerificationSummaryV1,
 )
+from specbundle.attest.predicates import parse_time
 from specbundle.errors import VerificationError
 
 __all__ = [
@@ -76,6 +78,7 @@ __all__ = [
     "VerificationSummaryV1",
     "WrongPredicateType",
     "parse_predicate",
+    "statement_time",
 ]
 
 _MODELS: tuple[type[PredicateModel], ...] = (
@@ -106,3 +109,15 @@ def parse_predicate(predicate_type: str, predicate: Mapping[str, Any]) -> Predic
         raise VerificationError(
             f"{predicate_type} predicate is malformed: {where}: {e['msg']}") from None
 
+
+def statement_time(predicate_type: str, predicate: Mapping[str, Any]) -> datetime | None:
+    """When the claim was made, from the field its predicate type defines for it.
+
+    SLSA provenance: ``runDetails.metadata.finishedOn``; VSA: ``timeVerified``; everything
+    else specbundle writes carries ``timeCreated``. A statement without a (readable) time
+    cannot satisfy a max-age policy (fail closed).
+    """
+    try:
+        return parse_time(parse_predicate(predicate_type, predicate).signed_time())
+    except VerificationError:
+        return None

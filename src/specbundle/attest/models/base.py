@@ -59,6 +59,12 @@ class PredicateModel(StrictModel):
         """The predicate object a statement signs."""
         return self.to_json()
 
+    def signed_time(self) -> str | None:
+        """When the claim was made, as signed: ``timeCreated`` (the in-toto SVR name) unless
+        the format defines another field (provenance, VSA override this)."""
+        value = getattr(self, "time_created", None)
+        return value if isinstance(value, str) else None
+
 
 class ResourceDescriptor(OpenModel):
     """in-toto ResourceDescriptor v1 (the fields specbundle writes and reads)."""

@@ -88,6 +88,11 @@ class FetchProvenanceV1(_OpenPredicate):
     build_definition: BuildDefinition
     run_details: RunDetails
 
+    def signed_time(self) -> str | None:
+        """``runDetails.metadata.finishedOn`` (or ``startedOn``)."""
+        md = self.run_details.metadata
+        return (md.finished_on or md.started_on) if md else None
+
 
 class ScanSummary(StrictModel):
     """specbundle's part of a scan result: the report by digest and what it found."""
@@ -142,7 +147,7 @@ class CriterionResult(StrictModel):
 class AdmissionDetails(StrictModel):
     """specbundle's part of an admission VSA: why, and which signed version it judged."""
 
-    reasons: list[str]
+    reasons: list[str] | None = None
     outcome: Literal["admitted", "rejected", "inconclusive"] | None = None
     manifest_sha256: str | None = None
     version: int | None = None
@@ -162,6 +167,10 @@ class VerificationSummaryV1(_OpenPredicate):
     verification_result: Literal["PASSED", "FAILED"]
     verified_levels: list[str]
     specbundle: AdmissionDetails | None = None
+
+    def signed_time(self) -> str | None:
+        """``timeVerified``."""
+        return self.time_verified
 
 
 class OmsSerialization(OpenModel):
