@@ -17,6 +17,7 @@ from specbundle.mirror import Mirror
 from specbundle.sign import sign_bundle
 from specbundle.verify import load_policy, verify_bundle
 from specbundle.verify.eligibility import eligible_signers
+from tests.review.builders import Versions
 from tests.sign.helpers import policy_doc, pulled_bundle, write_policy, write_scan_report
 
 
@@ -71,3 +72,20 @@ def test_audit_fails_a_line_the_verifier_excludes_and_says_why(tmp_path: Path) -
     (audited,) = [a for a in audit_bundle(mirror, "pair", policy).attestations
                   if a.line == line]
     assert audited.link.status == "failed" and "out of scope" in audited.link.detail
+
+
+def test_an_earlier_versions_approvals_are_superseded_not_failed(tmp_path: Path) -> None:
+    """v2 changes only the spec: v1's pair binding and scan result approve another spec. The verifier does
+    not count them (its rule) and says so; audit shows them as superseded, not as a break."""
+    v = Versions(tmp_path)
+    v.sign()
+    v.sign(k=7)
+    policy = load_policy(v.policy_path)
+    vb = verify_bundle(v.mirror, "pair", policy)
+    old = [s for s in vb.report.statements if s.superseded]
+    assert {s.kind for s in old} == {"pair-binding", "scan-result"}
+    assert all(not s.ok and "approves another spec" in str(s.reason) for s in old)
+    audited = {a.line: a for a in audit_bundle(v.mirror, "pair", policy).attestations}
+    assert all(audited[s.line].link.status == "ok"
+               and audited[s.line].link.detail.startswith("superseded") for s in old)
+    assert all(a.link.status == "ok" for a in audited.values())

@@ -312,7 +312,10 @@ def attestation_audits(
             status, detail = "failed", ("no signature verifies under the current policy "
                                         "(key revoked or unknown): " + "; ".join(
                                             checked.check.problems))
-        elif (verdict := by_line.get(no)) is None or not verdict.ok:
+        elif (verdict := by_line.get(no)) is not None and verdict.superseded:
+            status, detail = "ok", (f"superseded: {verdict.reason}; counts only for the "
+                                    "version it names, not the current one")
+        elif verdict is None or not verdict.ok:
             status, detail = "failed", (verdict.reason if verdict and verdict.reason
                                         else "the verifier did not count it")
         elif problem := (_inputs_problem(mirror, rec, st.typed, envelopes)

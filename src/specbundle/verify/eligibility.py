@@ -201,10 +201,12 @@ class StatementVerdict:
     """The verifier's verdict on one signed attestation line, as audit renders it.
 
     ``counted``: signers whose signature counts for at least one artifact the statement names
-    (under :func:`eligible_signers`); ``excluded``: every other signer and why; ``reason``:
-    why the statement as a whole does not count for this version (None: it does). A failing
-    result (a rejected admission, a failed scan) is a valid record of that failure: it never
-    counts toward a requirement, but it is not excluded from the trail.
+    (under :func:`eligible_signers`, without any one requirement's designated approvers);
+    ``excluded``: every other signer and why; ``reason``: why the statement as a whole does
+    not count for this version (None: it does); ``superseded``: it was excluded only for
+    naming another spec or scan report of this bundle (an earlier version's approval). A
+    failing result (a rejected admission, a failed scan) is a valid record of that failure: it
+    never counts toward a requirement, but it is not excluded from the trail.
     """
 
     line: int
@@ -212,6 +214,7 @@ class StatementVerdict:
     counted: frozenset[str]
     excluded: Mapping[str, str]
     reason: str | None
+    superseded: bool = False
 
     @property
     def ok(self) -> bool:
@@ -225,7 +228,6 @@ def statement_verdicts(
     scan_sha: str | None = None, spec_sha: str | None = None,
 ) -> tuple[StatementVerdict, ...]:
     """One :class:`StatementVerdict` per signed statement (``(line, statement)`` pairs)."""
-    designated = {r.predicate_type: r.signers for r in policy.requirements if r.designated}
     out: list[StatementVerdict] = []
     for line, cs in stmts:
         st = cs.statement
@@ -234,6 +236,7 @@ def statement_verdicts(
         counted: set[str] = set()
         excluded: dict[str, str] = {}
         reasons: list[str] = []
+        kinds: set[str] = set()
         if kind is None:
             reasons.append(f"predicate type {st.predicate_type} is not one the policy knows")
         elif not named:
@@ -245,17 +248,19 @@ def statement_verdicts(
                                      spec_sha=spec_sha)
             if ex is not None and ex.kind != "failed":
                 reasons.append(ex.message)
+                kinds.add(ex.kind)
                 continue
             v = eligible_signers(policy, cs.signers, bundle=bundle, repos=(art.repo,),
-                                 revoked=revoked, designated=designated.get(st.predicate_type))
+                                 revoked=revoked)
             counted |= v.counted
             excluded.update(v.excluded)
         excluded = {fp: why for fp, why in excluded.items() if fp not in counted}
         reason = None if counted else ("; ".join(dict.fromkeys(reasons)) or "no signer is "
                                        "eligible: " + "; ".join(
                                            f"{fp[:16]}… {why}" for fp, why in excluded.items()))
-        out.append(StatementVerdict(line, kind or st.predicate_type, frozenset(counted),
-                                    excluded, reason))
+        out.append(StatementVerdict(
+            line, kind or st.predicate_type, frozenset(counted), excluded, reason,
+            not counted and bool(kinds) and kinds <= {"other-spec", "other-scan"}))
     return tuple(out)
 
 
@@ -263,9 +268,9 @@ def _binding_mismatch(st: Statement, arts: Mapping[str, ArtifactRef]) -> str | N
     """A pair binding must name both current roots: a swapped draft is bound to nothing."""
     if not isinstance(st.typed, PairBindingV1) or "target" not in arts:
         return None
-    draft = arts.get("draft")
+    draft = arts.get("draft")  # absent: no draft, or its model.sig did not verify
     bound = st.typed.draft.root_digest if st.typed.draft else None
-    if (draft.root if draft else None) != bound or arts["target"].root not in st.digests(
+    if (draft is not None and draft.root != bound) or arts["target"].root not in st.digests(
             "sha256"):
         return "the pair binding does not name both current roots (draft swapped?)"
     return None
