@@ -29,11 +29,21 @@ from specbundle.attest.predicates import (
 
 __all__ = [
     "AdmissionDetails",
+    "BuildDefinition",
+    "Builder",
+    "CriterionResult",
+    "FetchInternal",
     "FetchProvenanceV1",
+    "OmsResource",
+    "OmsSerialization",
     "OmsSignatureV1",
+    "PolicyRef",
+    "RunDetails",
+    "RunMetadata",
     "ScanResultV01",
     "ScanSummary",
     "VerificationSummaryV1",
+    "Verifier",
 ]
 
 
