@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from specbundle.attest.log import read_attestations
-from specbundle.attest.predicates import TUNE_SCHEDULE_V1
+from specbundle.attest.models import TuneScheduleV1
 from specbundle.attest.statement import parse_statement
 from specbundle.digest import sha256_bytes
 from specbundle.errors import SpecError
@@ -31,7 +31,7 @@ from specbundle.spec import BundleSpec
 from specbundle.strict import MalformedDocument, loads_json
 
 __all__ = ["SCHEDULE_FILE", "SCHEDULE_VERSION", "Tier", "TunedSchedule", "apply_tuned",
-           "read_bound_schedule", "read_logged_schedule", "schedule_digest"]
+           "read_bound_schedule", "read_logged_schedule"]
 
 SCHEDULE_FILE = "tune/schedule.json"
 SCHEDULE_VERSION = "specbundle.tune-schedule/v1"
@@ -125,13 +125,6 @@ class TunedSchedule:
         return out
 
 
-def schedule_digest(sched: object) -> str | None:
-    """The schedule file digest a tune statement's ``schedule`` predicate field binds."""
-    d = sched.get("digest") if isinstance(sched, dict) else None
-    got = d.get("sha256") if isinstance(d, dict) else None
-    return got if isinstance(got, str) else None
-
-
 def _parsed(data: bytes, engine: str) -> TunedSchedule | None:
     tuned = TunedSchedule.from_bytes(data)
     return tuned if tuned.engine == engine else None
@@ -167,8 +160,7 @@ def read_logged_schedule(mirror: Mirror, name: str, engine: str) -> TunedSchedul
             st = parse_statement(env.payload)
         except Exception:  # noqa: BLE001, S112 - any unreadable statement simply binds nothing
             continue
-        sched = st.predicate.get("schedule") if st.predicate_type == TUNE_SCHEDULE_V1 else None
-        if isinstance(sched, dict) and schedule_digest(sched) == digest:
+        if isinstance(st.typed, TuneScheduleV1) and st.typed.schedule.sha256 == digest:
             return _parsed(data, engine)
     return None
 

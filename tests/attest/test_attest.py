@@ -108,8 +108,9 @@ def test_rsa_keys_are_refused(tmp_path: Path) -> None:
 
 def test_statement_is_signed_as_canonical_bytes_and_round_trips() -> None:
     key = generate_key()
-    st = Statement.build([Subject("org/m", {"sha256": "ab" * 32})], attest.PAIR_BINDING_V1,
-                         {"z": 1, "a": {"y": [True, None]}, "timeCreated": "2026-01-02T03:04:05Z"})
+    st = Statement.build([Subject("org/m", {"sha256": "ab" * 32})], attest.LOG_CHECKPOINT_V1,
+                         {"seq": 1, "entries": 2, "mirror": "m", "previous": None,
+                          "timeCreated": "2026-01-02T03:04:05Z"})
     env = attest.sign_statement(st, [key])
     assert env.payload == json.dumps(st.to_json(), sort_keys=True,
                                      separators=(",", ":")).encode()
@@ -143,7 +144,10 @@ def test_attestation_log_appends_reads_and_survives_a_torn_line(tmp_path: Path) 
     rec = pulled_bundle(tmp_path, mirror)
     key = generate_key("ed25519")
     st = Statement.build(attest.artifact_subjects("org/target", "cd" * 32, rec.target.commit),
-                         attest.BENCH_EVIDENCE_V1, {"timeCreated": "2026-01-01T00:00:00Z"})
+                         attest.BENCH_EVIDENCE_V1, {
+                             "timeCreated": "2026-01-01T00:00:00Z", "runId": "r", "engine": "vllm",
+                             "report": {"uri": "u", "digest": {"sha256": "ab" * 32}},
+                             "figures": {}})
     with mirror.lock():
         assert attest.append_attestation(mirror, rec.name, attest.sign_statement(st, [key])) == 1
     path = attest.attestations_path(mirror, rec.name)

@@ -102,3 +102,22 @@ def test_designated_approvers_must_sign_the_manifest_and_this_spec(tmp_path: Pat
     pair = by[("pair-binding", "target")]
     assert pair.signed == ["release"] and pair.missing == ["security"]
     assert pair.not_counted == ["security (approves another spec)"]
+
+
+def test_a_statement_dated_in_the_future_is_not_counted_here_either(tmp_path: Path) -> None:
+    """The old approval copy had no clock-skew rule: it listed statements the verifier
+    refuses (dated beyond the skew) as approvals. Both apply the verifier's rule now."""
+    v = Versions(tmp_path)
+    v.sign()
+    doc = policy_doc({"release": v.key})
+    doc["require"] = {"pair-binding": {"threshold": 1}}
+    policy = load_policy(write_policy(tmp_path / "skew.yaml", doc))
+    before = datetime.now(UTC) - timedelta(days=2)  # every statement is two days ahead
+    with pytest.raises(BundleVerificationFailed, match="in the future"):
+        verify_bundle(v.mirror, "pair", policy, now=before)
+    st = approval_status(v.mirror, "pair", policy, now=before)
+    (pair,) = [r for r in st.requirements if r.kind == "pair-binding" and "target" in r.subject]
+    assert pair.signed == [] and pair.not_counted == ["release (dated in the future)"]
+    assert not st.satisfied
+    twin = approval_status(v.mirror, "pair", policy)  # benign twin: the right clock
+    assert twin.satisfied

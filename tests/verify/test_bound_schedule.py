@@ -23,15 +23,22 @@ from tests.render.conftest import spec_dict
 from tests.sign.helpers import policy_doc, pulled_bundle, write_policy, write_scan_report
 
 
+def _tune_predicate(uri: str, schedule: bytes) -> dict[str, object]:
+    """A complete tune-schedule predicate (the model refuses a partial one)."""
+    return {"engine": "vllm", "runId": "r1", "timeCreated": "2026-01-01T00:00:00Z",
+            "result": {"uri": "specbundle:bundle/pair/tune/r1/tune.json",
+                       "digest": {"sha256": "00" * 32}},
+            "schedule": {"uri": uri, "digest": {"sha256": sha256_bytes(schedule)}},
+            "choices": [], "bestFixed": None, "crossoverConcurrency": None}
+
+
 def _tune_statement(mirror: Mirror, name: str, schedule: bytes, key: attest.SigningKey) -> None:
     subjects = []
     for art in mirror.load_bundle(name).artifacts:
         root = bundle_manifest(mirror, art).root_digest
         subjects += list(artifact_subjects(art.repo, root, art.commit, art.commit_kind))
-    st = Statement.build(subjects, TUNE_SCHEDULE_V1, {
-        "engine": "vllm", "runId": "r1",
-        "schedule": {"uri": f"specbundle:bundle/{name}/{SCHEDULE_FILE}",
-                     "digest": {"sha256": sha256_bytes(schedule)}}})
+    st = Statement.build(subjects, TUNE_SCHEDULE_V1,
+                         _tune_predicate(f"specbundle:bundle/{name}/{SCHEDULE_FILE}", schedule))
     append_attestation(mirror, name, sign_statement(st, [key]))
 
 
@@ -108,10 +115,8 @@ def test_a_schedule_tuned_for_another_bundle_name_is_not_applied(tmp_path: Path)
     for art in mirror.load_bundle("pair").artifacts:
         root = bundle_manifest(mirror, art).root_digest
         subjects += list(artifact_subjects(art.repo, root, art.commit, art.commit_kind))
-    st = Statement.build(subjects, TUNE_SCHEDULE_V1, {
-        "engine": "vllm", "runId": "r1",
-        "schedule": {"uri": f"specbundle:bundle/other/{SCHEDULE_FILE}",
-                     "digest": {"sha256": sha256_bytes(sched)}}})
+    st = Statement.build(subjects, TUNE_SCHEDULE_V1,
+                         _tune_predicate(f"specbundle:bundle/other/{SCHEDULE_FILE}", sched))
     append_attestation(mirror, "pair", sign_statement(st, [release]))
     assert verify_bundle(mirror, "pair", load_policy(policy)).tuned_schedules == frozenset()
     _tune_statement(mirror, "pair", sched, release)  # twin: this bundle's own statement

@@ -194,7 +194,8 @@ def test_wrong_predicate_type(signed: Signed) -> None:
 
 def test_an_attestation_of_unknown_predicate_type_fails_closed(signed: Signed) -> None:
     subjects = attest.artifact_subjects("org/target", "ab" * 32, signed.record.target.commit)
-    st = attest.Statement.build(subjects, "https://example.com/unknown/v1", {"x": 1})
+    # built by hand: the builder refuses a type without a model (a forger does not use it)
+    st = attest.Statement(tuple(subjects), "https://example.com/unknown/v1", {"x": 1})
     with signed.mirror.lock():
         attest.append_attestation(signed.mirror, signed.record.name,
                                   attest.sign_statement(st, [signed.key]))

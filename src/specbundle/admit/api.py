@@ -17,8 +17,6 @@ from specbundle import __version__
 from specbundle._fsutil import canonical_json
 from specbundle.admit.decision import Criterion, GateResult, evaluate
 from specbundle.attest import (
-    BENCH_EVIDENCE_V1,
-    SLSA_VSA_V1,
     SigningKey,
     Statement,
     Subject,
@@ -27,6 +25,15 @@ from specbundle.attest import (
     sign_statement,
 )
 from specbundle.attest.mirrored import claimed_subjects
+from specbundle.attest.models import (
+    AdmissionDetails,
+    BenchEvidenceV1,
+    CriterionResult,
+    DigestRef,
+    ResourceDescriptor,
+    VerificationSummaryV1,
+)
+from specbundle.attest.models.standard import PolicyRef, Verifier
 from specbundle.bench import BenchOptions, BenchReport, run_bench
 from specbundle.bench.runner import Progress
 from specbundle.digest import sha256_bytes
@@ -88,10 +95,10 @@ class Rejected(AdmissionRejected):
         self.decision = decision
 
 
-def _inputs(mirror: Mirror, name: str) -> list[dict[str, Any]]:
+def _inputs(mirror: Mirror, name: str) -> list[ResourceDescriptor]:
     envs = read_attestations(mirror, name, problems=[])
-    return [{"uri": f"specbundle:bundle/{name}/attestations.jsonl#{i}",
-             "digest": {"sha256": sha256_bytes(env.to_line())}}
+    return [ResourceDescriptor(uri=f"specbundle:bundle/{name}/attestations.jsonl#{i}",
+                               digest={"sha256": sha256_bytes(env.to_line())})
             for i, env in enumerate(envs, 1)]
 
 
@@ -132,33 +139,33 @@ def _sign(judged: _Judged, keys: Sequence[SigningKey], policy: TrustPolicy,
         "admitted" if not reasons else "inconclusive"
         if gate.inconclusive and len(reasons) == len(gate.reasons) else "rejected")
     digest = sha256_bytes(report.to_bytes()) if report else None
-    run_uri = f"specbundle:bundle/{name}/bench/{report.run_id}/report.json" if report else None
     with mirror.lock():
         inputs = _inputs(mirror, name)
         if report is not None:
-            ev = Statement.build(subjects, BENCH_EVIDENCE_V1, {
-                "timeCreated": now, "runId": report.run_id, "engine": report.engine,
-                "report": {"uri": run_uri, "digest": {"sha256": digest},
-                           "schema": report.schema_version},
-                "figures": _figures(report)})
+            ran = DigestRef(uri=f"specbundle:bundle/{name}/bench/{report.run_id}/report.json",
+                            digest={"sha256": sha256_bytes(report.to_bytes())},
+                            schema_=report.schema_version)
+            ev = Statement.of(subjects, BenchEvidenceV1(
+                time_created=now, run_id=report.run_id, engine=report.engine, report=ran,
+                figures=_figures(report)))
             env = sign_statement(ev, keys)
             line = append_attestation(mirror, name, env)
-            inputs.append({"uri": run_uri, "digest": {"sha256": digest}})
-            inputs.append({"uri": f"specbundle:bundle/{name}/attestations.jsonl#{line}",
-                           "digest": {"sha256": sha256_bytes(env.to_line())}})
-        vsa = Statement.build(subjects, SLSA_VSA_V1, {
-            "verifier": {"id": VERIFIER_ID, "version": {"specbundle": __version__}},
-            "timeVerified": now, "resourceUri": f"specbundle:bundle/{name}",
-            "policy": {"uri": policy.source, "digest": {"sha256": policy.digest}},
-            "inputAttestations": inputs, "verificationResult": result,
-            "verifiedLevels": ["SLSA_BUILD_LEVEL_UNEVALUATED"],
-            "specbundle": {"reasons": list(reasons), "outcome": outcome,
-                           "manifestSha256": judged.manifest_sha256,
-                           "version": judged.version,
-                           "criteria": [{"name": c.name, "passed": c.passed,
-                                         "measured": c.measured, "threshold": c.threshold}
-                                        for c in gate.criteria]},
-        })
+            inputs.append(ResourceDescriptor(uri=ran.uri, digest=ran.digest))
+            inputs.append(ResourceDescriptor(
+                uri=f"specbundle:bundle/{name}/attestations.jsonl#{line}",
+                digest={"sha256": sha256_bytes(env.to_line())}))
+        vsa = Statement.of(subjects, VerificationSummaryV1(
+            verifier=Verifier(id=VERIFIER_ID, version={"specbundle": __version__}),
+            time_verified=now, resource_uri=f"specbundle:bundle/{name}",
+            policy=PolicyRef(uri=policy.source, digest={"sha256": policy.digest}),
+            input_attestations=inputs, verification_result=result,
+            verified_levels=["SLSA_BUILD_LEVEL_UNEVALUATED"],
+            specbundle=AdmissionDetails(
+                reasons=list(reasons), outcome=outcome,
+                manifest_sha256=judged.manifest_sha256, version=judged.version,
+                criteria=[CriterionResult(name=c.name, passed=c.passed, measured=c.measured,
+                                          threshold=c.threshold) for c in gate.criteria]),
+        ))
         vsa_line = append_attestation(mirror, name, sign_statement(vsa, keys))
         status = {"bundle": name, "admitted": result == "PASSED", "result": result,
                   "outcome": outcome,

@@ -29,6 +29,11 @@ Public API (stable; other stages code against it)::
     check_statement(envelope, trusted_keys) -> CheckedStatement(.statement, .signers, .check)
     parse_statement(payload_bytes) -> Statement;  Statement.time -> datetime | None
 
+    # typed predicates: one frozen model per type and version   (specbundle.attest.models)
+    Statement.of(subjects, PairBindingV1(...)) -> Statement;  statement.typed -> model
+    statement.typed_as(PairBindingV1) -> PairBindingV1   # any other type: WrongPredicateType
+    parse_predicate(predicate_type, predicate) -> PredicateModel; MODEL_BY_PREDICATE
+
     # predicate types                                          (specbundle.attest.predicates)
     SLSA_PROVENANCE_V1 (fetch provenance), SCAN_RESULT (in-toto test-result v0.1),
     PAIR_BINDING_V1, BENCH_EVIDENCE_V1, SLSA_VSA_V1 (admission), TRANSFER_INDEX_V1,
@@ -107,11 +112,17 @@ from specbundle.attest.log import (
     check_attestation_log,
     read_attestations,
 )
+from specbundle.attest.models import (
+    MODEL_BY_PREDICATE,
+    PredicateModel,
+    WrongPredicateType,
+    parse_predicate,
+    statement_time,
+)
 from specbundle.attest.oms import (
     OmsManifest,
     OtherKey,
     Resource,
-    WrongPredicateType,
     build_model_sig,
     model_sig_chain,
     open_model_sig,
@@ -119,8 +130,10 @@ from specbundle.attest.oms import (
 )
 from specbundle.attest.predicates import (
     BENCH_EVIDENCE_V1,
+    BUNDLE_MANIFEST_V1,
     FETCH_BUILD_TYPE_V1,
     KIND_BY_PREDICATE,
+    LOG_CHECKPOINT_V1,
     OMS_SIGNATURE_V1,
     PAIR_BINDING_V1,
     PREDICATE_BY_KIND,
@@ -130,8 +143,8 @@ from specbundle.attest.predicates import (
     SLSA_VSA_V1,
     SPECBUNDLE_URI,
     TRANSFER_INDEX_V1,
+    TUNE_SCHEDULE_V1,
     parse_time,
-    statement_time,
 )
 from specbundle.attest.statement import (
     STATEMENT_TYPE,
@@ -147,10 +160,13 @@ from specbundle.attest.statement import (
 __all__ = [
     "ATTESTATIONS_FILE",
     "BENCH_EVIDENCE_V1",
+    "BUNDLE_MANIFEST_V1",
     "CLOCK_SKEW",
     "FETCH_BUILD_TYPE_V1",
     "INTOTO_PAYLOAD_TYPE",
     "KIND_BY_PREDICATE",
+    "LOG_CHECKPOINT_V1",
+    "MODEL_BY_PREDICATE",
     "OMS_SIGNATURE_V1",
     "PAIR_BINDING_V1",
     "PREDICATE_BY_KIND",
@@ -161,6 +177,7 @@ __all__ = [
     "SPECBUNDLE_URI",
     "STATEMENT_TYPE",
     "TRANSFER_INDEX_V1",
+    "TUNE_SCHEDULE_V1",
     "CertIdentity",
     "ChainTrust",
     "CheckedStatement",
@@ -171,6 +188,7 @@ __all__ = [
     "MalformedEnvelope",
     "OmsManifest",
     "OtherKey",
+    "PredicateModel",
     "PublicKey",
     "Resource",
     "Signature",
@@ -196,6 +214,7 @@ __all__ = [
     "open_model_sig",
     "open_model_sig_chain",
     "pae",
+    "parse_predicate",
     "parse_statement",
     "parse_time",
     "public_key_from_pem",

@@ -19,7 +19,9 @@ from typing import Any
 
 from specbundle import ids
 from specbundle.attest.dsse import Envelope
-from specbundle.attest.predicates import SPECBUNDLE_URI
+from specbundle.attest.models import BundleManifestV1, WrongPredicateType
+from specbundle.attest.models.own import ScanReportRef
+from specbundle.attest.predicates import BUNDLE_MANIFEST_V1
 from specbundle.attest.statement import Statement, Subject, artifact_subjects, parse_statement
 from specbundle.digest import sha256_bytes
 from specbundle.errors import MirrorError, VerificationError
@@ -29,7 +31,6 @@ from specbundle.strict import MalformedDocument, loads_json
 __all__ = ["BUNDLE_MANIFEST_V1", "BundleManifest", "build_manifest", "parse_manifest",
            "parse_manifest_unverified", "spec_sha256"]
 
-BUNDLE_MANIFEST_V1 = f"{SPECBUNDLE_URI}/attestation/bundle-manifest/v1"
 
 
 @dataclass(frozen=True)
@@ -78,14 +79,14 @@ def build_manifest(
     for a in rec.artifacts:
         subjects += artifact_subjects(a.repo, roots[a.role], a.commit, a.commit_kind)
     spec_spec = rec.spec.get("speculative") or {}
-    predicate = {
-        "bundle": rec.name, "version": version, "previousManifest": previous,
-        "spec": spec_text, "record": record, "roots": dict(roots),
-        "method": spec_spec.get("method") if isinstance(spec_spec, dict) else None,
-        "scanReport": {"sha256": scan_report_sha256} if scan_report_sha256 else None,
-        "images": dict(images), "timeCreated": now,
-    }
-    return Statement.build(subjects, BUNDLE_MANIFEST_V1, predicate)
+    predicate = BundleManifestV1(
+        bundle=rec.name, version=version, previous_manifest=previous, spec=spec_text,
+        record=record, roots=dict(roots),
+        method=spec_spec.get("method") if isinstance(spec_spec, dict) else None,
+        scan_report=ScanReportRef(sha256=scan_report_sha256) if scan_report_sha256 else None,
+        images=dict(images), time_created=now,
+    )
+    return Statement.of(subjects, predicate)
 
 
 def _check_ids(rec: BundleRecord) -> None:
@@ -101,34 +102,32 @@ def _check_ids(rec: BundleRecord) -> None:
 def parse_manifest(st: Statement, payload: bytes) -> BundleManifest:
     """Validate a manifest predicate; every defect is a :class:`VerificationError`."""
     if st.predicate_type != BUNDLE_MANIFEST_V1:
-        raise VerificationError(f"manifest has predicate type {st.predicate_type!r}, expected "
-                                f"{BUNDLE_MANIFEST_V1!r}")
-    p = st.predicate
+        raise WrongPredicateType(f"manifest has predicate type {st.predicate_type!r}, "
+                                 f"expected {BUNDLE_MANIFEST_V1!r}", st.predicate_type)
     try:
-        spec = loads_json(str(p["spec"]), what="manifest spec")
+        p = st.typed_as(BundleManifestV1)
+        spec = loads_json(p.spec, what="manifest spec")
         if not isinstance(spec, dict):
             raise ValueError("the spec is not a mapping")
-        record = dict(p["record"])
-        record["spec"] = spec
-        rec = BundleRecord.from_json(record)
+        rec = BundleRecord.from_json({**p.record, "spec": spec})
         _check_ids(rec)
-        roots = {str(k): ids.check_digest(v) for k, v in dict(p["roots"]).items()}
-        if set(roots) != {a.role for a in rec.artifacts} or rec.name != p["bundle"]:
+        roots = {k: ids.check_digest(v) for k, v in p.roots.items()}
+        if set(roots) != {a.role for a in rec.artifacts} or rec.name != p.bundle:
             raise ValueError("roots or bundle name disagree with the record")
-        scan = p.get("scanReport")
-        scan_sha = ids.check_digest(scan["sha256"]) if scan else None
-        images = {str(k): ids.check_digest(v) for k, v in dict(p.get("images") or {}).items()}
-        version, prev = p["version"], p.get("previousManifest")
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise ValueError(f"version {version!r} is not a positive integer")
-        if prev is not None:
-            ids.check_digest(prev)
-        return BundleManifest(rec.name, version, prev, rec, roots, scan_sha, images,
-                              sha256_bytes(payload), str(p.get("timeCreated", "")),
-                              sha256_bytes(str(p["spec"]).encode()))
-    except (KeyError, TypeError, ValueError, MalformedDocument, AttributeError,
-            MirrorError) as err:
+        scan_sha = ids.check_digest(p.scan_report.sha256) if p.scan_report else None
+        images = {k: ids.check_digest(v) for k, v in p.images.items()}
+        if p.version < 1:
+            raise ValueError(f"version {p.version!r} is not a positive integer")
+        if p.previous_manifest is not None:
+            ids.check_digest(p.previous_manifest)
+        return BundleManifest(rec.name, p.version, p.previous_manifest, rec, roots, scan_sha,
+                              images, sha256_bytes(payload), p.time_created,
+                              sha256_bytes(p.spec.encode()))
+    except (KeyError, TypeError, ValueError, MalformedDocument, AttributeError, MirrorError,
+            VerificationError) as err:
         what = f"missing field {err}" if isinstance(err, KeyError) else str(err)
+        if isinstance(err, VerificationError):
+            what = err.message
         raise VerificationError(f"bundle manifest is malformed: {what}") from err
 
 

@@ -42,6 +42,8 @@ from specbundle.attest.dsse import (
     sign_envelope,
 )
 from specbundle.attest.keys import PublicKey, SigningKey
+from specbundle.attest.models import OmsSignatureV1, WrongPredicateType
+from specbundle.attest.models.standard import OmsResource, OmsSerialization
 from specbundle.attest.predicates import OMS_SIGNATURE_V1
 from specbundle.attest.statement import Statement, Subject, parse_statement
 from specbundle.digest import is_sha256
@@ -69,10 +71,6 @@ GIT_IGNORED_PATHS = (".git", ".gitattributes", ".github", ".gitignore")
 
 class OtherKey(VerificationError):
     """The model.sig names (``publicKey.hint``) a different key than the one offered."""
-
-
-class WrongPredicateType(VerificationError):
-    """The signed statement is not an OMS v1.0 model signature."""
 
 
 def resource_order(name: str) -> tuple[str, ...]:
@@ -130,47 +128,40 @@ class OmsManifest:
 
     def to_statement(self) -> Statement:
         """The in-toto statement ``model.sig`` signs."""
-        predicate: dict[str, Any] = {
-            "serialization": {"method": "files", "hash_type": "sha256",
-                              "allow_symlinks": self.allow_symlinks,
-                              "ignore_paths": list(self.ignore_paths)},
-            "resources": [{"name": r.name, "algorithm": "sha256", "digest": r.digest}
-                          for r in self.resources],
-        }
-        return Statement.build([Subject(self.model_name, {"sha256": self.root_digest})],
-                               OMS_SIGNATURE_V1, predicate)
+        predicate = OmsSignatureV1(
+            serialization=OmsSerialization(method="files", hash_type="sha256",
+                                           allow_symlinks=self.allow_symlinks,
+                                           ignore_paths=list(self.ignore_paths)),
+            resources=[OmsResource(name=r.name, algorithm="sha256", digest=r.digest)
+                       for r in self.resources])
+        return Statement.of([Subject(self.model_name, {"sha256": self.root_digest})], predicate)
 
     @classmethod
     def from_statement(cls, st: Statement) -> OmsManifest:
         """Inverse of :meth:`to_statement`; checks type, serialisation and root consistency."""
         if st.predicate_type != OMS_SIGNATURE_V1:
             raise WrongPredicateType(
-                f"wrong predicate type {st.predicate_type!r}, expected {OMS_SIGNATURE_V1!r}")
+                f"wrong predicate type {st.predicate_type!r}, expected {OMS_SIGNATURE_V1!r}",
+                st.predicate_type)
         if len(st.subjects) != 1 or "sha256" not in st.subjects[0].digest:
             raise VerificationError("OMS statement must have exactly one sha256 subject")
-        ser = st.predicate.get("serialization")
-        if not isinstance(ser, dict) or ser.get("method") != "files" \
-                or ser.get("hash_type") != "sha256":
-            raise VerificationError(
-                f"unsupported OMS serialisation {ser!r}: only method=files, hash_type=sha256")
-        raw = st.predicate.get("resources")
-        if not isinstance(raw, list) or not raw:
+        p = st.typed_as(OmsSignatureV1)
+        ser = p.serialization
+        if ser.method != "files" or ser.hash_type != "sha256":
+            raise VerificationError(f"unsupported OMS serialisation {ser.to_json()!r}: only "
+                                    "method=files, hash_type=sha256")
+        if not p.resources:
             raise VerificationError("OMS predicate lists no resources")
         res: list[Resource] = []
-        for r in raw:
-            if not isinstance(r, dict) or r.get("algorithm") != "sha256" \
-                    or not isinstance(r.get("name"), str) or not is_sha256(str(r.get("digest"))):
-                raise VerificationError(f"malformed OMS resource {r!r}")
-            res.append(Resource(r["name"], r["digest"]))
+        for r in p.resources:
+            if r.algorithm != "sha256" or not is_sha256(r.digest):
+                raise VerificationError(f"malformed OMS resource {r.to_json()!r}")
+            res.append(Resource(r.name, r.digest))
         if len(res) == 1 and res[0].name == ".":
             # the reference tool names a single-file model's one resource "." (its path
             # relative to itself); OMS names it by the basename, which is the subject name
             res = [Resource(st.subjects[0].name, res[0].digest)]
-        ignore = ser.get("ignore_paths", [])
-        if not isinstance(ignore, list) or not all(isinstance(p, str) for p in ignore):
-            raise VerificationError("OMS serialization.ignore_paths must be a list of strings")
-        m = cls(st.subjects[0].name, tuple(res), bool(ser.get("allow_symlinks", False)),
-                tuple(ignore))
+        m = cls(st.subjects[0].name, tuple(res), ser.allow_symlinks, tuple(ser.ignore_paths))
         if m.root_digest != st.subjects[0].digest["sha256"]:
             raise VerificationError(
                 f"OMS manifest is inconsistent: subject root digest "

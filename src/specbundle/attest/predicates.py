@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 __all__ = [
     "BENCH_EVIDENCE_V1",
+    "BUNDLE_MANIFEST_V1",
     "FETCH_BUILD_TYPE_V1",
     "KIND_BY_PREDICATE",
+    "LOG_CHECKPOINT_V1",
     "OMS_SIGNATURE_V1",
     "PAIR_BINDING_V1",
     "PREDICATE_BY_KIND",
@@ -28,7 +29,6 @@ __all__ = [
     "TRANSFER_INDEX_V1",
     "TUNE_SCHEDULE_V1",
     "parse_time",
-    "statement_time",
 ]
 
 SPECBUNDLE_URI = "https://specbundle.dev"
@@ -45,6 +45,10 @@ TRANSFER_INDEX_V1 = f"{SPECBUNDLE_URI}/attestation/transfer-index/v1"
 #: A key revocation (recorded in the mirror's event log, not a bundle statement, so it has
 #: no policy *kind*): subject = the revoked fingerprint, predicate = reason + ``timeCreated``.
 REVOCATION_V1 = f"{SPECBUNDLE_URI}/attestation/revocation/v1"
+#: One signed, immutable statement per bundle version (``versions/<N>/``, not the log).
+BUNDLE_MANIFEST_V1 = f"{SPECBUNDLE_URI}/attestation/bundle-manifest/v1"
+#: A signed event-log head (``audit/checkpoints.jsonl``, not a bundle statement).
+LOG_CHECKPOINT_V1 = f"{SPECBUNDLE_URI}/attestation/log-checkpoint/v1"
 
 #: ``buildDefinition.buildType`` of the fetch provenance (pull is the "build").
 FETCH_BUILD_TYPE_V1 = f"{SPECBUNDLE_URI}/build/fetch/v1"
@@ -72,18 +76,3 @@ def parse_time(value: object) -> datetime | None:
     except ValueError:
         return None
     return t if t.tzinfo else t.replace(tzinfo=UTC)
-
-
-def statement_time(predicate_type: str, predicate: Mapping[str, Any]) -> datetime | None:
-    """When the claim was made, from the field each predicate type defines for it.
-
-    SLSA provenance: ``runDetails.metadata.finishedOn``; VSA: ``timeVerified``; everything
-    else specbundle writes (including its test-result) carries ``timeCreated`` (the in-toto
-    SVR name). A statement without a time cannot satisfy a max-age policy (fail closed).
-    """
-    if predicate_type == SLSA_PROVENANCE_V1:
-        meta = predicate.get("runDetails", {}).get("metadata", {})
-        return parse_time(meta.get("finishedOn") or meta.get("startedOn"))
-    if predicate_type == SLSA_VSA_V1:
-        return parse_time(predicate.get("timeVerified"))
-    return parse_time(predicate.get("timeCreated"))

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from functools import cached_property
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -23,7 +24,8 @@ from specbundle.attest.dsse import (
     sign_envelope,
 )
 from specbundle.attest.keys import PublicKey, SigningKey
-from specbundle.attest.predicates import statement_time
+from specbundle.attest.models import PredicateModel, WrongPredicateType, parse_predicate
+from specbundle.attest.predicates import parse_time
 from specbundle.errors import VerificationError
 from specbundle.strict import loads_json
 
@@ -39,6 +41,8 @@ __all__ = [
 ]
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+
+_M = TypeVar("_M", bound=PredicateModel)
 
 
 @dataclass(frozen=True)
@@ -65,11 +69,44 @@ class Statement:
     def build(
         cls, subjects: Sequence[Subject], predicate_type: str, predicate: Mapping[str, Any]
     ) -> Statement:
-        """Validate and build; refuses empty subjects/digests and floats (not canonical)."""
+        """Validate and build; refuses empty subjects/digests, floats (not canonical) and a
+        predicate that does not fit its type's model (or of a type without one)."""
         st = cls(tuple(subjects), predicate_type, dict(predicate))
         _Statement.model_validate(st.to_json())
         _reject_floats(st.predicate, "predicate")
+        st.__dict__["typed"] = parse_predicate(predicate_type, st.predicate)
         return st
+
+    @classmethod
+    def of(cls, subjects: Sequence[Subject], predicate: PredicateModel) -> Statement:
+        """The statement signing a typed predicate under its own type URI."""
+        return cls.build(subjects, predicate.PREDICATE_TYPE, predicate.to_predicate())
+
+    @cached_property
+    def typed(self) -> PredicateModel:
+        """The predicate as its type's model (validated once; raises when it does not fit).
+
+        Raises:
+            WrongPredicateType: no model exists for the predicate type.
+            VerificationError: the predicate does not fit the model.
+        """
+        return parse_predicate(self.predicate_type, self.predicate)
+
+    def typed_as(self, model: type[_M]) -> _M:
+        """:attr:`typed`, for a caller that needs one type: any other type is refused.
+
+        Raises:
+            WrongPredicateType: the statement is of another predicate type.
+            VerificationError: the predicate does not fit the model.
+        """
+        if self.predicate_type != model.PREDICATE_TYPE:
+            raise WrongPredicateType(f"predicate type {self.predicate_type[:200]!r}, expected "
+                                     f"{model.PREDICATE_TYPE!r}", self.predicate_type)
+        got = self.typed
+        if not isinstance(got, model):  # the registry maps each type to one model
+            raise WrongPredicateType(f"no {model.__name__} model for {self.predicate_type!r}",
+                                     self.predicate_type)
+        return got
 
     def to_json(self) -> dict[str, Any]:
         """JSON form."""
@@ -83,7 +120,10 @@ class Statement:
     @property
     def time(self) -> datetime | None:
         """The signed time of the claim, where the predicate type defines one."""
-        return statement_time(self.predicate_type, self.predicate)
+        try:
+            return parse_time(self.typed.signed_time())
+        except VerificationError:  # an untyped statement has no signed time (fail closed)
+            return None
 
     def digests(self, algorithm: str) -> set[str]:
         """All subject digests of one algorithm (e.g. ``sha256``, ``gitCommit``)."""
@@ -137,17 +177,29 @@ class _Statement(BaseModel):
         return v
 
 
-def parse_statement(payload: bytes) -> Statement:
-    """Parse statement bytes (call only on bytes whose signature was checked)."""
+def parse_statement(payload: bytes, *, typed: bool = True) -> Statement:
+    """Parse statement bytes (call only on bytes whose signature was checked).
+
+    With ``typed`` (the default) the predicate is validated against its type's model here, at
+    the boundary; ``typed=False`` defers that to the first :attr:`Statement.typed` access (for
+    a payload nobody trusted signed, whose content must not be looked at).
+
+    Raises:
+        WrongPredicateType: the predicate type has no model.
+        VerificationError: the payload is not a statement, or its predicate does not fit.
+    """
     try:
         raw = loads_json(payload, what="statement payload")
         model = _Statement.model_validate(raw)
     except (ValueError, ValidationError) as err:
         raise VerificationError(f"payload is not an in-toto Statement v1: {err}") from err
-    return Statement(
+    st = Statement(
         tuple(Subject(s.name, dict(s.digest)) for s in model.subject),
         model.predicateType, model.predicate,
     )
+    if typed:
+        _ = st.typed
+    return st
 
 
 def sign_statement(statement: Statement, keys: Sequence[SigningKey]) -> Envelope:
@@ -174,13 +226,18 @@ class CheckedStatement:
 
 
 def check_statement(env: Envelope, trusted: Iterable[PublicKey]) -> CheckedStatement:
-    """Check signatures and parse the statement; raises only when the payload is malformed."""
+    """Check signatures and parse the statement; raises only when the payload is malformed.
+
+    A statement a trusted key signed has its predicate validated against its type's model
+    (an unknown type raises :class:`~specbundle.attest.models.WrongPredicateType`); an
+    unsigned one's predicate is not looked at until ``statement.typed`` is read.
+    """
     if env.payload_type != INTOTO_PAYLOAD_TYPE:
         raise VerificationError(
             f"payloadType is {env.payload_type!r}, expected {INTOTO_PAYLOAD_TYPE!r}"
         )
     res = check_envelope(env, trusted)
-    return CheckedStatement(env, parse_statement(res.payload), res)
+    return CheckedStatement(env, parse_statement(res.payload, typed=bool(res.signers)), res)
 
 
 def artifact_subjects(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specbundle.attest import (
-    SPECBUNDLE_URI,
+    LOG_CHECKPOINT_V1,
     Envelope,
     PublicKey,
     SigningKey,
@@ -27,6 +27,7 @@ from specbundle.attest import (
     check_statement,
     sign_statement,
 )
+from specbundle.attest.models import LogCheckpointV1, TransferIndexV1
 from specbundle.audit.chain import ChainReport, verify_log
 from specbundle.audit.revocation import RevocationCheck, check_revocations
 from specbundle.digest import is_sha256, sha256_bytes
@@ -49,7 +50,6 @@ __all__ = [
     "write_checkpoint",
 ]
 
-LOG_CHECKPOINT_V1 = f"{SPECBUNDLE_URI}/attestation/log-checkpoint/v1"
 CHECKPOINTS_FILE = "audit/checkpoints.jsonl"
 
 
@@ -121,12 +121,10 @@ def read_checkpoints(mirror: Mirror, trusted: Iterable[PublicKey]) -> tuple[Chec
             checked = check_statement(Envelope.from_json(loads_json(raw, what="checkpoint")),
                                       keys)
             st = checked.statement
-            pred = st.predicate
-            if st.predicate_type != LOG_CHECKPOINT_V1:
-                raise VerificationError(f"predicate type {st.predicate_type!r}")
-            seq, digest = pred["seq"], st.subjects[0].digest["sha256"]
-            if not isinstance(seq, int) or not is_sha256(digest):
-                raise VerificationError("malformed seq or digest")
+            pred = st.typed_as(LogCheckpointV1)
+            seq, digest = pred.seq, st.subjects[0].digest["sha256"]
+            if not is_sha256(digest):
+                raise VerificationError("malformed digest")
         except (ValueError, KeyError, IndexError, VerificationError) as err:
             out.append(Checkpoint(no, -1, "", "", frozenset(),
                                   (f"{CHECKPOINTS_FILE} line {no} is not a checkpoint: {err}",)))
@@ -135,10 +133,8 @@ def read_checkpoints(mirror: Mirror, trusted: Iterable[PublicKey]) -> tuple[Chec
         if not checked.signers:
             problems = (*problems, f"checkpoint line {no} (seq {seq}) is signed by no key of "
                         "the trust policy (revoked or unknown); not used")
-        prev = pred.get("previous")
-        out.append(Checkpoint(no, seq, digest, str(pred.get("timeCreated", "")),
-                              checked.signers, problems,
-                              prev if isinstance(prev, str) else None, sha256_bytes(raw)))
+        out.append(Checkpoint(no, seq, digest, pred.time_created, checked.signers, problems,
+                              pred.previous, sha256_bytes(raw)))
     return tuple(out)
 
 
@@ -165,12 +161,11 @@ def log_floor(mirror: Mirror, trusted: Sequence[PublicKey]) -> dict[int, str]:
     for p in sorted(mirror.root.glob("bundles/*/export/index.json")):
         try:
             cs = check_statement(Envelope.from_json(loads_json(read_mirror_file(p))), trusted)
-            head = cs.statement.predicate.get("logHead")
+            head = cs.statement.typed_as(TransferIndexV1).log_head if cs.signers else None
         except (ValueError, OSError, VerificationError):
             continue
-        if cs.signers and isinstance(head, dict) and isinstance(head.get("seq"), int) \
-                and isinstance(head.get("digest"), str) and is_sha256(head["digest"]):
-            out[head["seq"]] = head["digest"]
+        if head is not None and is_sha256(head.digest):
+            out[head.seq] = head.digest
     return out
 
 
@@ -233,10 +228,10 @@ def write_checkpoint(mirror: Mirror, keys: Sequence[SigningKey]) -> Checkpoint:
             raise UsageError("the event log is empty; nothing to checkpoint")
         seq, digest, now = check.chain.head_seq, check.chain.head_digest, utc_now()
         previous = check.checkpoints[-1].line_sha256 if check.checkpoints else None
-        st = Statement.build(
-            [Subject(f"events.jsonl#{seq}", {"sha256": digest})], LOG_CHECKPOINT_V1,
-            {"seq": seq, "entries": check.chain.entries, "timeCreated": now,
-             "mirror": mirror.root.name, "previous": previous})
+        st = Statement.of(
+            [Subject(f"events.jsonl#{seq}", {"sha256": digest})],
+            LogCheckpointV1(seq=seq, entries=check.chain.entries, time_created=now,
+                            mirror=mirror.root.name, previous=previous))
         env = sign_statement(st, keys)
         path = _path(mirror)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,20 +10,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from specbundle.attest import (
-    BENCH_EVIDENCE_V1,
     KIND_BY_PREDICATE,
-    PAIR_BINDING_V1,
     SCAN_RESULT,
-    SLSA_VSA_V1,
     Envelope,
+    Statement,
     check_statement,
     open_model_sig,
     read_attestations,
 )
 from specbundle.attest.mirrored import bundle_manifest
+from specbundle.attest.models import (
+    BenchEvidenceV1,
+    PairBindingV1,
+    ScanResultV01,
+    VerificationSummaryV1,
+)
 from specbundle.audit.model import (
     ArtifactAudit,
     AttestationAudit,
@@ -40,6 +45,12 @@ from specbundle.record import ArtifactRecord, BundleRecord
 from specbundle.scan.findings import ScanReport
 from specbundle.strict import loads_json, loads_yaml, read_bounded, read_mirror_file
 from specbundle.verify.anchors import open_anchored
+from specbundle.verify.eligibility import (
+    ArtifactRef,
+    StatementVerdict,
+    eligible_signers,
+    statement_verdicts,
+)
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = [
@@ -145,9 +156,11 @@ def _model_sig(
         if manifest.root_digest != root:
             return Link(name, "failed", f"signed root {manifest.root_digest} differs from the "
                         f"recorded files' root {root}"), (key.fingerprint,)
-        if not key.may_sign(art.repo, rec.name):
-            return Link(name, "failed", f"key {key.name} is not allowed to sign {art.repo}"), (
-                key.fingerprint,)
+        may = eligible_signers(policy, (key.fingerprint,), bundle=rec.name, repos=(art.repo,),
+                               revoked={}, model=True)  # revocations: apply_revocations
+        if not may.counted:
+            return Link(name, "failed", f"key {key.name} is not allowed to sign {art.repo}: "
+                        f"{may.excluded[key.fingerprint]}"), (key.fingerprint,)
         return Link(name, "ok", f"signed by {key.name} ({key.fingerprint[:16]}…)"
                     + _publisher(art)), (
             key.fingerprint,)
@@ -196,52 +209,35 @@ def artifact_audit(
     )
 
 
-def _summary(ptype: str, pred: Mapping[str, Any]) -> dict[str, Any]:
-    if ptype == SCAN_RESULT:
-        scan = pred.get("specbundle_scan") or {}
-        return {"result": pred.get("result"), "report_sha256": scan.get("reportSha256")}
-    if ptype == PAIR_BINDING_V1:
-        return dict(pred)
-    if ptype == SLSA_VSA_V1:
-        return {"result": pred.get("verificationResult"), "time": pred.get("timeVerified"),
-                "policy": pred.get("policy"), "verifier": pred.get("verifier"),
-                "resourceUri": pred.get("resourceUri"),
-                "manifest_sha256": (pred.get("specbundle") or {}).get("manifestSha256"),
-                "outcome": (pred.get("specbundle") or {}).get("outcome"),
-                "reasons": (pred.get("specbundle") or {}).get("reasons")}
-    if ptype == BENCH_EVIDENCE_V1:
-        return {k: pred[k] for k in ("runId", "reportSha256", "report", "engine") if k in pred}
+def _summary(st: Statement) -> dict[str, Any]:
+    """What the report shows of a signed statement, read through its typed predicate."""
+    p = st.typed
+    if isinstance(p, ScanResultV01):
+        return {"result": p.result,
+                "report_sha256": p.specbundle_scan.report_sha256 if p.specbundle_scan else None}
+    if isinstance(p, PairBindingV1):
+        return p.to_predicate()
+    if isinstance(p, VerificationSummaryV1):
+        sb = p.specbundle
+        return {"result": p.verification_result, "time": p.time_verified,
+                "policy": p.policy.to_json(), "verifier": p.verifier.to_json(),
+                "resourceUri": p.resource_uri,
+                "manifest_sha256": sb.manifest_sha256 if sb else None,
+                "outcome": sb.outcome if sb else None, "reasons": sb.reasons if sb else None}
+    if isinstance(p, BenchEvidenceV1):
+        return {"runId": p.run_id, "report": p.report.to_json(), "engine": p.engine}
     return {}
-
-
-def _scope_problem(policy: TrustPolicy, signers: frozenset[str], rec: BundleRecord) -> str | None:
-    repos = [a.repo for a in rec.artifacts]
-    for fp in sorted(signers):
-        key = policy.key(fp)
-        if key is not None and not key.may_sign_all(repos, rec.name):
-            return f"key {key.name} is not scoped to bundle {rec.name} and all its repos"
-    return None
-
-
-def _subjects_match(ptype: str, subjects: set[str], roots: Mapping[str, str]) -> str | None:
-    if ptype in (BENCH_EVIDENCE_V1,) or not roots:
-        return None
-    if not subjects & set(roots.values()):
-        return "its subjects name none of this bundle's OMS root digests"
-    if ptype == PAIR_BINDING_V1 and not set(roots.values()) <= subjects:
-        return "the pair binding does not name both current roots (draft swapped?)"
-    return None
 
 
 Predicates = tuple[tuple[str, Any], ...]
 
 
-def _inputs_problem(mirror: Mirror, rec: BundleRecord, pred: Mapping[str, Any],
+def _inputs_problem(mirror: Mirror, rec: BundleRecord, vsa: VerificationSummaryV1,
                     lines: Sequence[Envelope]) -> str | None:
     """Each VSA input (attestation line or bench report) must still hash to what was signed."""
-    for item in pred.get("inputAttestations") or ():
-        uri = str(item.get("uri", ""))
-        want = (item.get("digest") or {}).get("sha256")
+    for item in vsa.input_attestations or ():
+        uri = item.uri or ""
+        want = (item.digest or {}).get("sha256")
         prefix = f"specbundle:bundle/{rec.name}/"
         if not uri.startswith(prefix) or not want:
             continue
@@ -258,15 +254,41 @@ def _inputs_problem(mirror: Mirror, rec: BundleRecord, pred: Mapping[str, Any],
     return None
 
 
+def _verdicts(envelopes: Sequence[Envelope], rec: BundleRecord, roots: Mapping[str, str],
+              policy: TrustPolicy, revoked: Mapping[str, str]) -> dict[int, StatementVerdict]:
+    """The verifier's verdicts computed by its own function, for a version it did not reach
+    (no manifest, a rolled-back version): the same rule, over the record's roots."""
+    arts: dict[str, ArtifactRef] = {a.role: ArtifactRef(a.role, a.repo, a.commit, roots[a.role])
+                                    for a in rec.artifacts if a.role in roots}
+    stmts = []
+    for no, env in enumerate(envelopes, start=1):
+        try:
+            cs = check_statement(env, policy.public_keys)
+        except VerificationError:
+            continue
+        if cs.signers:
+            stmts.append((no, cs))
+    return {v.line: v for v in statement_verdicts(stmts, policy, rec.name, arts,
+                                                  datetime.now(UTC), revoked)}
+
+
 def attestation_audits(
     mirror: Mirror, rec: BundleRecord, roots: Mapping[str, str], policy: TrustPolicy | None,
+    verdicts: Sequence[StatementVerdict] = (), revoked: Mapping[str, str] | None = None,
 ) -> tuple[tuple[AttestationAudit, ...], Predicates, tuple[Link, ...]]:
-    """Every line of ``attestations.jsonl`` verified, the raw predicates, and log problems."""
+    """Every line of ``attestations.jsonl`` verified, the raw predicates, and log problems.
+
+    Whether a signed line counts is the verifier's verdict (``verdicts``, from the report
+    :func:`~specbundle.verify.verify_bundle` returned); when the verifier stopped before the
+    log, the verdicts come from its own :func:`~specbundle.verify.eligibility.statement_verdicts`.
+    """
     problems: list[str] = []
     envelopes: Sequence[Envelope] = read_attestations(mirror, rec.name, problems=problems)
     keys = policy.public_keys if policy else ()
     out: list[AttestationAudit] = []
     raw: list[tuple[str, Any]] = []
+    by_line = ({v.line: v for v in verdicts} if verdicts or policy is None
+               else _verdicts(envelopes, rec, roots, policy, revoked or {}))
     for no, env in enumerate(envelopes, start=1):
         hints = tuple(s.keyid or "-" for s in env.signatures)
         try:
@@ -283,7 +305,6 @@ def attestation_audits(
         names = tuple(k.name for fp in sorted(signers) if policy and (k := policy.key(fp)))
         unknown = tuple(s.keyid or "-" for s in env.signatures
                         if (s.keyid or "") not in signers)
-        subjects = {d for s in st.subjects for d in s.digest.values()}
         status: LinkStatus
         if policy is None:
             status, detail = "unverified", "no trust policy given (--trust)"
@@ -291,16 +312,20 @@ def attestation_audits(
             status, detail = "failed", ("no signature verifies under the current policy "
                                         "(key revoked or unknown): " + "; ".join(
                                             checked.check.problems))
-        elif problem := (_scope_problem(policy, signers, rec)
-                         or _subjects_match(st.predicate_type, subjects, roots)
-                         or (_inputs_problem(mirror, rec, st.predicate, envelopes)
-                             if st.predicate_type == SLSA_VSA_V1 else None)):
+        elif (verdict := by_line.get(no)) is not None and verdict.superseded:
+            status, detail = "ok", (f"superseded: {verdict.reason}; counts only for the "
+                                    "version it names, not the current one")
+        elif verdict is None or not verdict.ok:
+            status, detail = "failed", (verdict.reason if verdict and verdict.reason
+                                        else "the verifier did not count it")
+        elif problem := (_inputs_problem(mirror, rec, st.typed, envelopes)
+                         if isinstance(st.typed, VerificationSummaryV1) else None):
             status, detail = "failed", problem
         else:
             status, detail = "ok", "signed by " + ", ".join(names)
         out.append(AttestationAudit(no, kind, st.predicate_type, time, tuple(sorted(signers)),
                                     names, unknown, Link(f"{kind} #{no}", status, detail),
-                                    _summary(st.predicate_type, st.predicate)))
+                                    _summary(st)))
         raw.append((st.predicate_type, dict(st.predicate)))
     return tuple(out), tuple(raw), tuple(Link("attestation log", "failed", p) for p in problems)
 

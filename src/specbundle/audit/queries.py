@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from specbundle.attest import SLSA_VSA_V1, check_statement, read_attestations
+from specbundle.attest import check_statement, read_attestations
 from specbundle.attest.mirrored import bundle_manifest
+from specbundle.attest.models import VerificationSummaryV1
 from specbundle.audit.collect import own_manifests
 from specbundle.audit.model import Link
 from specbundle.audit.revocation import revoked_keys
@@ -135,15 +136,15 @@ def _admissions(mirror: Mirror, policy: TrustPolicy) -> list[Admission]:
             except VerificationError:
                 continue
             st = checked.statement
-            if st.predicate_type != SLSA_VSA_V1 or not checked.signers:
+            vsa = st.typed if checked.signers else None
+            if not isinstance(vsa, VerificationSummaryV1):
                 continue
-            bound = st.predicate.get("specbundle")
-            if current is None or not isinstance(bound, dict) \
-                    or bound.get("manifestSha256") != current:
+            if current is None or vsa.specbundle is None \
+                    or vsa.specbundle.manifest_sha256 != current:
                 continue  # an admission counts only for the manifest it names
             time = st.time.isoformat().replace("+00:00", "Z") if st.time else None
             out.append(Admission(
-                name, line, str(st.predicate.get("verificationResult", "")), time,
+                name, line, vsa.verification_result, time,
                 f"{rec.target.repo}@{rec.target.commit}",
                 f"{rec.draft.repo}@{rec.draft.commit}" if rec.draft else None,
                 tuple(sorted(checked.signers))))

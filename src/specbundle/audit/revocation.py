@@ -17,7 +17,8 @@ because a revocation can only take trust away.
 
 from __future__ import annotations
 
-from specbundle.attest import REVOCATION_V1, SigningKey, Statement, Subject, sign_statement
+from specbundle.attest import SigningKey, Statement, Subject, sign_statement
+from specbundle.attest.models import RevocationV1
 from specbundle.digest import is_sha256, sha256_bytes
 from specbundle.errors import UsageError
 from specbundle.mirror import Mirror, utc_now
@@ -63,9 +64,9 @@ def revoke_key(mirror: Mirror, fingerprint: str, *, signer: SigningKey, reason: 
     if not why:
         raise UsageError("a revocation needs a reason", hint="pass --reason TEXT")
     now = utc_now()
-    st = Statement.build([Subject(f"key:{fp}", {"sha256": fp})], REVOCATION_V1,
-                         {"fingerprint": fp, "reason": why, "timeCreated": now,
-                          "mirror": mirror.root.name})
+    st = Statement.of([Subject(f"key:{fp}", {"sha256": fp})],
+                      RevocationV1(fingerprint=fp, reason=why, time_created=now,
+                                   mirror=mirror.root.name))
     env = sign_statement(st, [signer])
     with mirror.lock():
         entry = mirror.append_event(REVOCATION_EVENT, None, {

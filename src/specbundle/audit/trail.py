@@ -24,6 +24,7 @@ from specbundle.errors import BundleNotFound, CorruptMirror, VerificationError
 from specbundle.mirror import Mirror, utc_now
 from specbundle.record import BundleRecord
 from specbundle.verify import BundleVerificationFailed, floors, verify_bundle
+from specbundle.verify.eligibility import StatementVerdict
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = ["apply_revocations", "audit", "audit_bundle", "resolve_subject"]
@@ -97,22 +98,24 @@ def apply_revocations(
 
 def _verifier_link(mirror: Mirror, name: str, policy: TrustPolicy | None,
                    revoked: Mapping[str, Revocation]
-                   ) -> tuple[Link, tuple[BundleRecord, str] | tuple[()]]:
+                   ) -> tuple[Link, tuple[BundleRecord, str] | tuple[()],
+                              tuple[StatementVerdict, ...]]:
     """The one verifier's verdict on the current version (audit keeps no rules of its own),
-    with the signed record and manifest digest of the version it passed (empty if none)."""
+    with the signed record and manifest digest of the version it passed (empty if none) and
+    its verdict on each attestation line."""
     if policy is None:
-        return Link("signed manifest", "unverified", "no trust policy given (--trust)"), ()
+        return Link("signed manifest", "unverified", "no trust policy given (--trust)"), (), ()
     try:
         vb = verify_bundle(mirror, name, policy, revoked={fp: r.detail
                                                           for fp, r in revoked.items()})
     except BundleVerificationFailed as err:
         return Link("signed manifest", "failed", "; ".join(
-            str(p) for p in err.report.problems)), ()
+            str(p) for p in err.report.problems)), (), err.report.statements
     except (VerificationError, CorruptMirror) as err:  # a broken or rolled-back log
-        return Link("signed manifest", "failed", err.message), ()
+        return Link("signed manifest", "failed", err.message), (), ()
     return Link("signed manifest", "ok", f"version {vb.version}, manifest "
                 f"{vb.manifest_digest[:16]}…, verified by the same verifier as import/admit"), \
-        (vb.record, vb.manifest_digest)
+        (vb.record, vb.manifest_digest), vb.report.statements
 
 
 def _bind_admissions(atts: Sequence[AttestationAudit], verified_manifest: str | None,
@@ -150,12 +153,13 @@ def audit_bundle(
         revoked = revoked_keys(mirror, policy.public_keys if policy else (), policy)
     # The verifier re-hashes every byte; only when it fails does the audit hash again, to
     # name each damaged file (one read of the data for an intact bundle).
-    verifier, passed = _verifier_link(mirror, name, policy, revoked)
+    verifier, passed, verdicts = _verifier_link(mirror, name, policy, revoked)
     rec = passed[0] if passed else rec  # the signed record, once it verified
     arts = tuple(artifact_audit(mirror, rec, a, policy, rehash=rehash and not passed,
                                 proven=bool(passed)) for a in rec.artifacts)
     roots = {a.role: a.oms_root for a in arts if a.oms_root}
-    atts, preds, log_problems = attestation_audits(mirror, rec, roots, policy)
+    atts, preds, log_problems = attestation_audits(
+        mirror, rec, roots, policy, verdicts, {fp: r.detail for fp, r in revoked.items()})
     arts, atts = apply_revocations(arts, atts, revoked, policy)
     atts = _bind_admissions(atts, passed[1] if passed else None, own_manifests(mirror, name))
     scan = scan_audit(mirror, rec, atts)

@@ -30,7 +30,7 @@ from specbundle.attest import (
     append_attestation,
     sign_statement,
 )
-from specbundle.attest.predicates import TUNE_SCHEDULE_V1
+from specbundle.attest.models import DigestRef, TuneChoice, TuneScheduleV1
 from specbundle.bench import stats
 from specbundle.bench.api import _Manifest, _workload
 from specbundle.bench.runner import ArmData, BenchOptions, Progress, _Runner, new_run_id
@@ -118,20 +118,20 @@ def _sign(bundle: Bundle, keys: Sequence[SigningKey], result: TuneResult,
     mirror, name = bundle.mirror, bundle.name
     subjects = bundle.subjects()  # the version measured, as every statement about it names it
     base = f"specbundle:bundle/{name}/tune/{result.run_id}"
-    choices = [{"concurrency": c.concurrency, "k": c.k,
-                "pMin": None if c.p_min is None else format(c.p_min, ".6g"),
-                "ratio": format(c.ratio, ".6g"), "ratioLow": format(c.ratio_low, ".6g"),
-                "gainOverFixed": None if c.gain_over_fixed is None
-                else format(c.gain_over_fixed, ".6g")} for c in result.choices]
-    st = Statement.build(subjects, TUNE_SCHEDULE_V1, {
-        "timeCreated": result.created, "runId": result.run_id, "engine": result.engine,
-        "result": {"uri": f"{base}/tune.json", "digest": {"sha256": sha256_bytes(result_bytes)},
-                   "schema": TUNE_VERSION},
-        "schedule": {"uri": f"specbundle:bundle/{name}/{SCHEDULE_FILE}",
-                     "digest": {"sha256": sha256_bytes(schedule_bytes)}},
-        "choices": choices,
-        "bestFixed": None if result.best_fixed is None else result.best_fixed.name,
-        "crossoverConcurrency": result.crossover_concurrency})
+    choices = [TuneChoice(concurrency=c.concurrency, k=c.k,
+                          p_min=None if c.p_min is None else format(c.p_min, ".6g"),
+                          ratio=format(c.ratio, ".6g"), ratio_low=format(c.ratio_low, ".6g"),
+                          gain_over_fixed=None if c.gain_over_fixed is None
+                          else format(c.gain_over_fixed, ".6g")) for c in result.choices]
+    st = Statement.of(subjects, TuneScheduleV1(
+        time_created=result.created, run_id=result.run_id, engine=result.engine,
+        result=DigestRef(uri=f"{base}/tune.json", digest={"sha256": sha256_bytes(result_bytes)},
+                         schema_=TUNE_VERSION),
+        schedule=DigestRef(uri=f"specbundle:bundle/{name}/{SCHEDULE_FILE}",
+                           digest={"sha256": sha256_bytes(schedule_bytes)}),
+        choices=choices,
+        best_fixed=None if result.best_fixed is None else result.best_fixed.name,
+        crossover_concurrency=result.crossover_concurrency))
     return append_attestation(mirror, name, sign_statement(st, keys))
 
 

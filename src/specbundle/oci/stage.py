@@ -56,6 +56,7 @@ from specbundle.verify import (
     write_hashed,
 )
 from specbundle.verify.anchors import open_anchored
+from specbundle.verify.eligibility import eligible_keys, eligible_signers
 from specbundle.verify.policy import TrustedKey
 from specbundle.verify.revocations import revoked_fingerprints
 
@@ -99,7 +100,7 @@ def _predicate_type(line: bytes) -> str | None:
     """The payload's predicate type, unverified: only sorts manifests from log lines."""
     try:
         env = Envelope.from_json(loads_json(line, what="attestation"))
-        return parse_statement(env.payload).predicate_type
+        return parse_statement(env.payload, typed=False).predicate_type
     except (MalformedDocument, VerificationError, ValueError, KeyError, TypeError,
             AttributeError):
         return None
@@ -123,8 +124,8 @@ def _pick_manifest(cands: list[bytes], want: int | None, policy: TrustPolicy,
             why.append(f"{who}: {err}")
             continue
         gone = sorted(cs.signers & revoked.keys())
-        ok = [fp for fp in cs.signers if fp not in revoked
-              and (k := policy.key(fp)) is not None and k.may_sign_all(man.repos, man.bundle)]
+        ok = eligible_signers(policy, cs.signers, bundle=man.bundle, repos=man.repos,
+                              revoked=revoked).counted
         if not ok:
             why.append(f"{who}: signed by key {gone[0][:16]}…, {revoked[gone[0]]}" if gone
                        else f"{who}: no signer may sign bundle {man.bundle!r} with repos "
@@ -181,8 +182,8 @@ def _anchored(policy: TrustPolicy, data: bytes, repo: str, name: str) -> bool:
 
 def _pick_sig(role: str, repo: str, name: str, cands: list[bytes], policy: TrustPolicy,
               revoked: Mapping[str, str], ignored: list[str]) -> bytes | None:
-    keys = [k for k in policy.keys if k.fingerprint in policy.model_signers
-            and k.fingerprint not in revoked and k.may_sign(repo, name)]
+    may = eligible_keys(policy, bundle=name, repos=(repo,), revoked=revoked, model=True)
+    keys = [k for k in policy.keys if k.fingerprint in may]
     for i, data in enumerate(cands):
         if _opens(data, keys) or _anchored(policy, data, repo, name):
             ignored += [f"{role} model.sig referrer #{j + 1}: no trusted key opens it"

@@ -17,9 +17,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from specbundle.attest import (
-    PAIR_BINDING_V1,
-    SCAN_RESULT,
-    SLSA_VSA_V1,
     Envelope,
     Statement,
     check_statement,
@@ -33,7 +30,12 @@ from specbundle.mirror import Mirror, versions
 from specbundle.mirror.versions import model_sig_rel
 from specbundle.review.sides import COVERS
 from specbundle.strict import MalformedDocument, loads_json
-from specbundle.verify.attestations import ArtifactRef
+from specbundle.verify.eligibility import (
+    ArtifactRef,
+    eligible_keys,
+    is_stale,
+    statement_exclusion,
+)
 from specbundle.verify.manifest_check import manifest_threshold
 from specbundle.verify.policy import TrustPolicy
 from specbundle.verify.revocations import revoked_fingerprints
@@ -115,8 +117,7 @@ def _manifest(mirror: Mirror, bundle: str, version: int | None
 def _manifest_req(policy: TrustPolicy, man: BundleManifest, env: Envelope,
                   revoked: Mapping[str, str]) -> Requirement:
     signers = check_statement(env, policy.public_keys).signers
-    eligible = {k.fingerprint for k in policy.keys
-                if k.may_sign_all(man.repos, man.bundle) and k.fingerprint not in revoked}
+    eligible = eligible_keys(policy, bundle=man.bundle, repos=man.repos, revoked=revoked)
     return Requirement(
         "manifest", f"bundle {man.bundle} v{man.version}", COVERS["manifest"],
         manifest_threshold(policy), sorted(_name(policy, f) for f in signers & eligible),
@@ -128,8 +129,8 @@ def _manifest_req(policy: TrustPolicy, man: BundleManifest, env: Envelope,
 def _model_sig_req(mirror: Mirror, policy: TrustPolicy, man: BundleManifest, role: str,
                    repo: str, revoked: Mapping[str, str]) -> Requirement:
     data = versions.read_version_file(mirror, man.bundle, man.version, model_sig_rel(role))
-    eligible = {k.fingerprint for k in policy.keys if k.fingerprint in policy.model_signers
-                and k.may_sign(repo, man.bundle) and k.fingerprint not in revoked}
+    eligible = eligible_keys(policy, bundle=man.bundle, repos=(repo,), revoked=revoked,
+                             model=True)
     signed: set[str] = set()
     for k in policy.keys:
         if data is None:
@@ -155,8 +156,8 @@ def _designated_reqs(policy: TrustPolicy, man: BundleManifest, env: Envelope,
     for req in policy.requirements:
         if not req.designated:
             continue
-        eligible = {k.fingerprint for k in policy.keys if k.fingerprint in req.signers
-                    and k.may_sign_all(man.repos, man.bundle) and k.fingerprint not in revoked}
+        eligible = eligible_keys(policy, bundle=man.bundle, repos=man.repos, revoked=revoked,
+                                 designated=req.signers)
         out.append(Requirement(
             "manifest", f"{req.kind} approvers, bundle {man.bundle} v{man.version}",
             COVERS["manifest"], req.threshold, sorted(_name(policy, f) for f in signers & eligible),
@@ -164,28 +165,20 @@ def _designated_reqs(policy: TrustPolicy, man: BundleManifest, env: Envelope,
     return out
 
 
-def _why_not(st: Statement, man: BundleManifest, art: ArtifactRef) -> str | None:
-    """Why a statement naming this artifact still does not approve this version."""
-    if art.commit not in st.digests("gitCommit") | st.digests("specbundleContentCommit"):
-        return "names another commit"
-    p, named = st.predicate, None
-    if st.predicate_type == PAIR_BINDING_V1:
-        if p.get("bundle") != man.bundle:
-            return "for another bundle"
-        named = p.get("specSha256")
-    elif st.predicate_type == SCAN_RESULT:
-        raw = p.get("specbundle_scan")
-        sc: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
-        if man.scan_report_sha256 and sc.get("reportSha256") != man.scan_report_sha256:
-            return "names another scan report"
-        if p.get("result") not in ("PASSED", "WARNED"):
-            return f"scan result {p.get('result')!r}"
-        named = sc.get("specSha256")
-    elif st.predicate_type == SLSA_VSA_V1 and p.get("verificationResult") != "PASSED":
-        return f"decision {p.get('verificationResult')!r}"
-    if named is not None and man.spec_sha256 and named != man.spec_sha256:
-        return "approves another spec"
-    return None
+#: How the review lists a statement verify excludes (verify's rule; the review's words).
+_EXCLUDED: Mapping[str, str] = {
+    "other-commit": "names another commit", "other-bundle": "for another bundle",
+    "other-scan": "names another scan report", "other-spec": "approves another spec",
+    "future": "dated in the future",
+}
+
+
+def _why_not(st: Statement, man: BundleManifest, art: ArtifactRef, now: datetime) -> str | None:
+    """Why a statement naming this artifact still does not approve this version
+    (:func:`~specbundle.verify.eligibility.statement_exclusion`, the verifier's rule)."""
+    ex = statement_exclusion(st, art, bundle=man.bundle, now=now,
+                             scan_sha=man.scan_report_sha256, spec_sha=man.spec_sha256 or None)
+    return None if ex is None else _EXCLUDED.get(ex.kind, ex.message)
 
 
 def _statement_reqs(mirror: Mirror, policy: TrustPolicy, man: BundleManifest,
@@ -202,8 +195,8 @@ def _statement_reqs(mirror: Mirror, policy: TrustPolicy, man: BundleManifest,
     out = []
     for req in policy.requirements:
         for art in arts:
-            eligible = {k.fingerprint for k in policy.keys if k.fingerprint in req.signers
-                        and k.may_sign(art.repo, man.bundle) and k.fingerprint not in revoked}
+            eligible = eligible_keys(policy, bundle=man.bundle, repos=(art.repo,),
+                                     revoked=revoked, designated=req.signers)
             fresh: set[str] = set()
             other: dict[str, str] = {}
             for cs in stmts:
@@ -211,12 +204,12 @@ def _statement_reqs(mirror: Mirror, policy: TrustPolicy, man: BundleManifest,
                 if st.predicate_type != req.predicate_type or art.root not in st.digests(
                         "sha256"):
                     continue
-                why = _why_not(st, man, art)
+                why = _why_not(st, man, art, now)
                 if why is not None:
                     for fp in cs.signers - fresh:
                         other[fp] = why
                     continue
-                old = req.max_age is not None and (st.time is None or now - st.time > req.max_age)
+                old = is_stale(st, req.max_age, now)
                 for fp in cs.signers:
                     if fp in eligible and not old:
                         fresh.add(fp)

@@ -13,19 +13,28 @@ Pure builders: values in, :class:`~specbundle.attest.Statement` out; signing hap
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from specbundle import __version__
-from specbundle.attest import (
-    FETCH_BUILD_TYPE_V1,
-    PAIR_BINDING_V1,
-    SCAN_RESULT,
-    SLSA_PROVENANCE_V1,
-    SPECBUNDLE_URI,
-    Statement,
-)
+from specbundle.attest import FETCH_BUILD_TYPE_V1, SPECBUNDLE_URI, Statement
 from specbundle.attest.manifest import spec_sha256
 from specbundle.attest.mirrored import subjects_for
+from specbundle.attest.models import (
+    FetchProvenanceV1,
+    PairBindingV1,
+    PairSide,
+    ResourceDescriptor,
+    ScanResultV01,
+    ScanSummary,
+)
+from specbundle.attest.models.own import PairTokenizer
+from specbundle.attest.models.standard import (
+    BuildDefinition,
+    Builder,
+    FetchInternal,
+    RunDetails,
+    RunMetadata,
+)
 from specbundle.attest.predicates import SCAN_CONFIGURATION_V1
 from specbundle.record import ArtifactRecord, BundleRecord
 from specbundle.scan.findings import ScanReport
@@ -64,40 +73,40 @@ def fetch_provenance(rec: BundleRecord, art: ArtifactRecord, root: str) -> State
     for f in art.files:
         ann = {k: v for k, v in (("hubLfsSha256", f.lfs_sha256), ("gitBlobId", f.git_blob_id))
                if v}
-        entry: dict[str, Any] = {"name": f.path, "digest": {"sha256": f.sha256},
-                                 "annotations": {"size": f.size, **ann}}
-        files.append(entry)
-    predicate = {
-        "buildDefinition": {
-            "buildType": FETCH_BUILD_TYPE_V1,
-            "externalParameters": jsonable({
+        files.append(ResourceDescriptor(name=f.path, digest={"sha256": f.sha256},
+                                        annotations={"size": f.size, **ann}))
+    predicate = FetchProvenanceV1(
+        build_definition=BuildDefinition(
+            build_type=FETCH_BUILD_TYPE_V1,
+            external_parameters=jsonable({
                 "repo": art.repo, "revision": art.requested_revision, "source": art.source,
                 "endpoint": art.endpoint, "allowPatterns": spec_art.get("allow_patterns"),
                 "allowPickle": spec_art.get("allow_pickle", False),
                 "allowRemoteCode": spec_art.get("allow_remote_code", False),
             }),
-            "internalParameters": {"bundle": rec.name, "role": art.role},
-            "resolvedDependencies": [
-                {"uri": location, "digest": {commit_key: art.commit},
-                 "annotations": {"requestedRevision": art.requested_revision,
+            internal_parameters=FetchInternal(bundle=rec.name, role=art.role),
+            resolved_dependencies=[
+                ResourceDescriptor(
+                    uri=location, digest={commit_key: art.commit},
+                    annotations={"requestedRevision": art.requested_revision,
                                  # the publisher's own signature, verified by pull
                                  **({"publisher": art.publisher.to_json()}
-                                    if art.publisher else {})}},
+                                    if art.publisher else {})}),
                 *files,
             ],
-        },
-        "runDetails": {
-            "builder": {"id": f"{SPECBUNDLE_URI}/pull",
-                        "version": {"specbundle": rec.tool_version}},
-            "metadata": {"invocationId": f"{rec.name}/{art.role}/{art.commit}",
-                         "startedOn": art.pulled_at or rec.created,
-                         "finishedOn": art.pulled_at or rec.created},
-            "byproducts": [{"name": "oms-root-digest", "digest": {"sha256": root}},
-                           *({"name": f"skipped:{s.path}", "annotations": {"reason": s.reason}}
-                             for s in art.skipped)],
-        },
-    }
-    return Statement.build(subjects_for(art, root), SLSA_PROVENANCE_V1, predicate)
+        ),
+        run_details=RunDetails(
+            builder=Builder(id=f"{SPECBUNDLE_URI}/pull", version={"specbundle": rec.tool_version}),
+            metadata=RunMetadata(invocation_id=f"{rec.name}/{art.role}/{art.commit}",
+                                 started_on=art.pulled_at or rec.created,
+                                 finished_on=art.pulled_at or rec.created),
+            byproducts=[ResourceDescriptor(name="oms-root-digest", digest={"sha256": root}),
+                        *(ResourceDescriptor(name=f"skipped:{s.path}",
+                                             annotations={"reason": s.reason})
+                          for s in art.skipped)],
+        ),
+    )
+    return Statement.of(subjects_for(art, root), predicate)
 
 
 def scan_result(
@@ -107,30 +116,26 @@ def scan_result(
     """test-result v0.1 over the scan report; ``report=None`` records an explicit no-scan."""
     subjects = [s for art in rec.artifacts for s in subjects_for(art, roots[art.role])]
     if report is None:
-        predicate: dict[str, Any] = {
-            "result": "FAILED", "configuration": [], "passedTests": [], "warnedTests": [],
-            "failedTests": ["scan:not-run"], "timeCreated": now,
-            "specbundle_unscanned": True,
-        }
-        return Statement.build(subjects, SCAN_RESULT, predicate)
+        return Statement.of(subjects, ScanResultV01(
+            result="FAILED", configuration=[], passed_tests=[], warned_tests=[],
+            failed_tests=["scan:not-run"], time_created=now, specbundle_unscanned=True))
     blocking = set(report.blocking())
     failed = sorted({f"{f.check_id}:{f.role or '-'}:{f.file or '-'}" for f in blocking}
                     | {f"crashed:{c}" for c in report.crashed_checks})
     warned = sorted({f"{f.check_id}:{f.role or '-'}:{f.file or '-'}"
                      for f in report.findings if f not in blocking})
-    result = "FAILED" if report.blocked else ("WARNED" if warned else "PASSED")
-    predicate = {
-        "result": result,
-        "configuration": [{"uri": SCAN_CONFIGURATION_V1, "name": "scan/report.json",
-                           "digest": {"sha256": report_sha256}}],
-        "passedTests": [] if failed or warned else ["scan:all-checks"],
-        "warnedTests": warned, "failedTests": failed, "timeCreated": now,
-        "specbundle_scan": {"reportSha256": report_sha256, "specSha256": spec_sha256(rec.spec),
-                            "failOn": report.fail_on.value,
-                            "counts": report.counts(), "scannedAt": report.scanned_at,
-                            "toolVersion": report.tool_version},
-    }
-    return Statement.build(subjects, SCAN_RESULT, predicate)
+    result: Literal["PASSED", "WARNED", "FAILED"] = (
+        "FAILED" if report.blocked else ("WARNED" if warned else "PASSED"))
+    return Statement.of(subjects, ScanResultV01(
+        result=result,
+        configuration=[ResourceDescriptor(uri=SCAN_CONFIGURATION_V1, name="scan/report.json",
+                                          digest={"sha256": report_sha256})],
+        passed_tests=[] if failed or warned else ["scan:all-checks"],
+        warned_tests=warned, failed_tests=failed, time_created=now,
+        specbundle_scan=ScanSummary(
+            report_sha256=report_sha256, spec_sha256=spec_sha256(rec.spec),
+            fail_on=report.fail_on.value, counts=report.counts(),
+            scanned_at=report.scanned_at, tool_version=report.tool_version)))
 
 
 def _tokenizer_digests(art: ArtifactRecord | None) -> dict[str, str]:
@@ -144,22 +149,22 @@ def pair_binding(rec: BundleRecord, roots: Mapping[str, str], now: str) -> State
     tok_t, tok_d = _tokenizer_digests(rec.target), _tokenizer_digests(rec.draft)
     main_tok = next((tok_t[p] for p in ("tokenizer.json", "tokenizer.model") if p in tok_t), None)
 
-    def side(art: ArtifactRecord | None) -> dict[str, Any] | None:
+    def side(art: ArtifactRecord | None) -> PairSide | None:
         if art is None:
             return None
-        return {"repo": art.repo, "commit": art.commit, "commitKind": art.commit_kind,
-                "rootDigest": roots[art.role], "gguf": (rec.spec.get(art.role) or {})
-                .get("gguf_file")}
+        return PairSide(repo=art.repo, commit=art.commit, commit_kind=art.commit_kind,
+                        root_digest=roots[art.role],
+                        gguf=(rec.spec.get(art.role) or {}).get("gguf_file"))
 
     spec_spec = rec.spec.get("speculative", {}) or {}
-    predicate = {
-        "bundle": rec.name, "method": spec_spec.get("method"),
-        "target": side(rec.target), "draft": side(rec.draft),
-        "tokenizer": {"digest": main_tok, "target": tok_t, "draft": tok_d,
-                      "draftMatchesTarget": bool(tok_d) and all(
-                          tok_t.get(p) == d for p, d in tok_d.items())},
-        "speculative": jsonable(spec_spec), "specSha256": spec_sha256(rec.spec),
-        "timeCreated": now, "toolVersion": __version__,
-    }
+    predicate = PairBindingV1(
+        bundle=rec.name, method=spec_spec.get("method"),
+        target=side(rec.target), draft=side(rec.draft),
+        tokenizer=PairTokenizer(digest=main_tok, target=tok_t, draft=tok_d,
+                                draft_matches_target=bool(tok_d) and all(
+                                    tok_t.get(p) == d for p, d in tok_d.items())),
+        speculative=jsonable(spec_spec), spec_sha256=spec_sha256(rec.spec),
+        time_created=now, tool_version=__version__,
+    )
     subjects = [s for art in rec.artifacts for s in subjects_for(art, roots[art.role])]
-    return Statement.build(subjects, PAIR_BINDING_V1, predicate)
+    return Statement.of(subjects, predicate)

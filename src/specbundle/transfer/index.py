@@ -15,7 +15,14 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from specbundle import __version__, ids
-from specbundle.attest import TRANSFER_INDEX_V1, Statement, Subject
+from specbundle.attest import Statement, Subject
+from specbundle.attest.models import (
+    LogHead,
+    TransferChunk,
+    TransferChunking,
+    TransferIndexV1,
+    TransferPart,
+)
 from specbundle.digest import is_sha256
 from specbundle.errors import VerificationError
 
@@ -82,40 +89,31 @@ class TransferIndex:
 
     def statement(self, subjects: Sequence[Subject]) -> Statement:
         """The statement to sign."""
-        predicate: dict[str, Any] = {
-            "bundle": self.bundle, "version": self.version, "timeCreated": self.created,
-            "toolVersion": __version__, "parts": [p.to_json() for p in self.parts],
-            "revocations": list(self.revocations), "logHead": self.log_head,
-        }
+        head = LogHead.model_validate(self.log_head) if self.log_head is not None else None
+        predicate = TransferIndexV1(
+            bundle=self.bundle, version=self.version, time_created=self.created,
+            tool_version=__version__, revocations=list(self.revocations), log_head=head,
+            parts=[TransferPart.model_validate(p.to_json()) for p in self.parts])
         if self.chunk_size is not None:
-            predicate["chunking"] = {
-                "chunkSize": self.chunk_size,
-                "chunks": [{"name": c.name, "size": c.size, "sha256": c.sha256}
-                           for c in self.chunks]}
-        return Statement.build(subjects, TRANSFER_INDEX_V1, predicate)
+            predicate = predicate.model_copy(update={"chunking": TransferChunking(
+                chunk_size=self.chunk_size,
+                chunks=[TransferChunk(name=c.name, size=c.size, sha256=c.sha256)
+                        for c in self.chunks])})
+        return Statement.of(subjects, predicate)
 
     @classmethod
     def from_statement(cls, st: Statement) -> TransferIndex:
         """Validate a signed index predicate; any defect is a :class:`VerificationError`."""
-        if st.predicate_type != TRANSFER_INDEX_V1:
-            raise VerificationError(f"index has predicate type {st.predicate_type!r}, "
-                                    f"expected {TRANSFER_INDEX_V1!r}")
-        p = st.predicate
+        p = st.typed_as(TransferIndexV1)
         try:
-            parts = tuple(Part(safe_part_path(str(x["path"])), int(x["size"]), str(x["sha256"]),
-                               int(x["offset"]) if "offset" in x else None)
-                          for x in p["parts"])
-            ch = p.get("chunking")
-            chunks = tuple(Chunk(str(c["name"]), int(c["size"]), str(c["sha256"]))
-                           for c in ch["chunks"]) if ch else ()
-            revs = p.get("revocations") or []
-            if not isinstance(revs, list) or not all(isinstance(r, dict) for r in revs):
-                raise TypeError("revocations is not a list of envelopes")
-            idx = cls(ids.check_bundle_name(p["bundle"]), int(p["version"]),
-                      str(p["timeCreated"]), parts, int(ch["chunkSize"]) if ch else None,
-                      chunks, tuple(revs),
-                      dict(p["logHead"]) if isinstance(p.get("logHead"), dict) else None)
-        except (KeyError, TypeError, ValueError) as err:
+            parts = tuple(Part(safe_part_path(x.path), x.size, x.sha256, x.offset)
+                          for x in p.parts)
+            ch = p.chunking
+            chunks = tuple(Chunk(c.name, c.size, c.sha256) for c in ch.chunks) if ch else ()
+            idx = cls(ids.check_bundle_name(p.bundle), p.version, p.time_created, parts,
+                      ch.chunk_size if ch else None, chunks, tuple(p.revocations),
+                      p.log_head.to_json() if p.log_head else None)
+        except ValueError as err:
             raise VerificationError(f"transfer index predicate is malformed: {err}") from err
         bad = [x.path for x in idx.parts if not is_sha256(x.sha256) or x.size < 0]
         bad += [x.path for x in idx.parts

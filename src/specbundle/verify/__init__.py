@@ -51,6 +51,7 @@ from specbundle.verify import floors
 from specbundle.verify.anchors import open_anchored
 from specbundle.verify.attestations import ArtifactRef, evaluate_attestations
 from specbundle.verify.diff import Problem, ProblemKind
+from specbundle.verify.eligibility import StatementVerdict, eligible_keys
 from specbundle.verify.events import record_verification
 from specbundle.verify.hashed import HashedFile, hash_existing, write_hashed
 from specbundle.verify.manifest_check import RESIGN_HINT, open_manifest
@@ -96,6 +97,9 @@ class VerificationReport:
     bytes_checked: int
     problems: tuple[Problem, ...]
     bytes_hashed_on_write: int = 0
+    #: the verdict on each signed attestation line (empty when verification stopped before
+    #: the log): what audit renders instead of deciding again
+    statements: tuple[StatementVerdict, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -219,8 +223,10 @@ def _open_sig(mirror: Mirror, man: BundleManifest, art: ArtifactRecord, policy: 
     if data is None:
         return None, None, [Problem("missing-signature", who, "no model.sig for this artifact")]
     errors: list[VerificationError] = []
+    # revoked keys are tried too, so that a revoked signer is named as such below
+    may = eligible_keys(policy, bundle=name, repos=(art.repo,), revoked={}, model=True)
     for k in policy.keys:
-        if k.fingerprint not in policy.model_signers or not k.may_sign(art.repo, name):
+        if k.fingerprint not in may:
             continue
         try:
             manifest = open_model_sig(data, k.public)
@@ -340,12 +346,12 @@ def verify_bundle(
     problems += [Problem("malformed", "attestations.jsonl", m) for m in parse_problems]
     refs: dict[str, ArtifactRef] = {a.role: ArtifactRef(a.role, a.repo, a.commit, roots[a.role])
             for a in rec.artifacts if a.role in roots}
-    att_problems, signers, schedules = evaluate_attestations(envs, policy, name, refs,
-                                                  now or datetime.now(UTC), all_revoked,
-                                                  man.scan_report_sha256, man.spec_sha256)
+    att_problems, signers, schedules, verdicts = evaluate_attestations(
+        envs, policy, name, refs, now or datetime.now(UTC), all_revoked,
+        man.scan_report_sha256, man.spec_sha256)
     problems += att_problems
     report = VerificationReport(name, policy.digest, utc_now(), roots, model_signers, signers,
-                                files, nbytes, tuple(problems), on_write)
+                                files, nbytes, tuple(problems), on_write, verdicts)
     if problems or spec is None:
         raise BundleVerificationFailed(report)
     paths: dict[str, Path] = {a.role: mirror.snapshot_dir(a.repo, a.commit) for a in rec.artifacts}

@@ -10,93 +10,44 @@ signed, or of a predicate type the policy does not know is a failure, not noise.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from specbundle.attest import (
     KIND_BY_PREDICATE,
-    PAIR_BINDING_V1,
-    SCAN_RESULT,
-    SLSA_PROVENANCE_V1,
-    SLSA_VSA_V1,
     CheckedStatement,
     Envelope,
+    WrongPredicateType,
     check_statement,
 )
-from specbundle.attest.predicates import TUNE_SCHEDULE_V1
+from specbundle.attest.models import PairBindingV1, TuneScheduleV1
 from specbundle.errors import VerificationError
-from specbundle.schedule import SCHEDULE_FILE, schedule_digest
+from specbundle.schedule import SCHEDULE_FILE
 from specbundle.verify.diff import Problem, ProblemKind
+from specbundle.verify.eligibility import (
+    ArtifactRef,
+    StatementVerdict,
+    eligible_signers,
+    is_stale,
+    statement_exclusion,
+    statement_verdicts,
+)
 from specbundle.verify.policy import MAX_CLOCK_SKEW, Requirement, TrustPolicy
 
 __all__ = ["ArtifactRef", "evaluate_attestations"]
 
 
-@dataclass(frozen=True)
-class ArtifactRef:
-    """What the statements must name: role, repo, commit and the signed OMS root digest."""
-
-    role: str
-    repo: str
-    commit: str
-    root: str
-
-
-def _failing(st_type: str, predicate: Mapping[str, Any]) -> str | None:
-    if st_type == SCAN_RESULT and predicate.get("result") not in ("PASSED", "WARNED"):
-        return f"scan result is {predicate.get('result')!r}"
-    if st_type == SLSA_VSA_V1 and predicate.get("verificationResult") != "PASSED":
-        return f"verification result is {predicate.get('verificationResult')!r}"
-    return None
-
-
-def _other_bundle(st_type: str, predicate: Mapping[str, Any], bundle: str,
-                  scan_sha: str | None) -> str | None:
-    """Why a statement belongs to another bundle (statements of other bundles never count)."""
-    if st_type == PAIR_BINDING_V1:
-        named = predicate.get("bundle")
-    elif st_type == SLSA_PROVENANCE_V1:
-        bd = predicate.get("buildDefinition")
-        ip = bd.get("internalParameters") if isinstance(bd, dict) else None
-        named = ip.get("bundle") if isinstance(ip, dict) else None
-    elif st_type == SCAN_RESULT:
-        sc = predicate.get("specbundle_scan")
-        got = sc.get("reportSha256") if isinstance(sc, dict) else None
-        if scan_sha is not None and got != scan_sha:
-            return f"a scan result names report {str(got)[:16]}…, not the signed one"
-        return None
-    else:
-        return None
-    return None if named == bundle else f"a {KIND_BY_PREDICATE[st_type]} is for bundle {named!r}"
-
-
-def _other_spec(st_type: str, predicate: Mapping[str, Any], spec_sha: str | None) -> str | None:
-    """Why an approval that names a spec does not approve this version's signed spec.
-
-    Statements made before approvals named the spec name none; they still count, and the
-    manifest itself must carry the designated approvers' signatures (manifest_check).
-    """
-    if st_type == PAIR_BINDING_V1:
-        named = predicate.get("specSha256")
-    elif st_type == SCAN_RESULT:
-        sc = predicate.get("specbundle_scan")
-        named = sc.get("specSha256") if isinstance(sc, dict) else None
-    else:
-        return None
-    if spec_sha is None or named is None or named == spec_sha:
-        return None
-    return f"a {KIND_BY_PREDICATE[st_type]} approves another spec ({str(named)[:16]}…)"
-
-
 def _open_all(envs: Sequence[Envelope], policy: TrustPolicy) -> tuple[
-        list[CheckedStatement], list[Problem]]:
-    checked: list[CheckedStatement] = []
+        list[tuple[int, CheckedStatement]], list[Problem]]:
+    checked: list[tuple[int, CheckedStatement]] = []
     problems: list[Problem] = []
     for i, env in enumerate(envs, start=1):
         where = f"attestation #{i}"
         try:
             cs = check_statement(env, policy.public_keys)
+        except WrongPredicateType as err:  # a type (or version) no model exists for
+            problems.append(Problem("wrong-predicate-type", where, err.message,
+                                    ", ".join(sorted(KIND_BY_PREDICATE)), err.predicate_type))
+            continue
         except VerificationError as err:
             problems.append(Problem("malformed", where, err.message))
             continue
@@ -110,7 +61,7 @@ def _open_all(envs: Sequence[Envelope], policy: TrustPolicy) -> tuple[
                                     ", ".join(sorted(KIND_BY_PREDICATE)),
                                     cs.statement.predicate_type))
         if cs.signers:
-            checked.append(cs)
+            checked.append((i, cs))
     return checked, problems
 
 
@@ -120,34 +71,32 @@ def _evaluate(req: Requirement, art: ArtifactRef, bundle: str, policy: TrustPoli
     fresh: set[str] = set()
     stale: set[str] = set()
     notes: list[str] = []
-    eligible = {k.fingerprint for k in policy.keys
-                if k.may_sign(art.repo, bundle) and k.fingerprint not in revoked}
     for cs in stmts:
         st = cs.statement
         if st.predicate_type != req.predicate_type or art.root not in st.digests("sha256"):
             continue
-        commits = st.digests("gitCommit") | st.digests("specbundleContentCommit")
-        if art.commit not in commits:
-            notes.append(f"a statement names commit(s) {sorted(commits)}, not {art.commit}")
+        ex = statement_exclusion(st, art, bundle=bundle, now=now, scan_sha=scan_sha,
+                                 spec_sha=spec_sha)
+        if ex is not None and ex.kind == "other-commit":
+            notes.append(ex.message)
             continue
-        why = _other_bundle(st.predicate_type, st.predicate, bundle, scan_sha) or _other_spec(
-            st.predicate_type, st.predicate, spec_sha) or _failing(st.predicate_type, st.predicate)
         if gone := sorted(cs.signers & revoked.keys()):
             notes += [f"key {fp[:16]}… {revoked[fp]}" for fp in gone]
-        if why:
-            notes.append(why)
+        if ex is not None and ex.kind != "future":
+            notes.append(ex.message)
             continue
-        who = cs.signers & req.signers & eligible
-        if cs.signers - who:
-            notes.append(f"signer(s) {sorted(x[:16] for x in cs.signers - who)} not eligible")
-        t = st.time
-        if t is not None and t - now > MAX_CLOCK_SKEW:
-            notes.append(f"signed {t.isoformat()}, in the future (more than {MAX_CLOCK_SKEW} "
-                         "ahead of this clock); not counted")
+        verdict = eligible_signers(policy, cs.signers, bundle=bundle, repos=(art.repo,),
+                                   revoked=revoked, designated=req.signers)
+        who = verdict.counted
+        if verdict.excluded:
+            notes.append(f"signer(s) {sorted(x[:16] for x in verdict.excluded)} not eligible")
+        if ex is not None:
+            notes.append(ex.message)
             continue
-        if req.max_age is not None and (t is None or now - t > req.max_age):
+        if is_stale(st, req.max_age, now):
             stale |= who
-            notes.append("no signed time" if t is None else f"signed {t.isoformat()}")
+            notes.append("no signed time" if st.time is None
+                         else f"signed {st.time.isoformat()}")
         else:
             fresh |= who
     if len(fresh) >= req.threshold:
@@ -173,11 +122,10 @@ def _binding_problems(stmts: list[CheckedStatement], arts: Mapping[str, Artifact
     others: set[str] = set()
     for cs in stmts:
         st = cs.statement
-        if st.predicate_type != PAIR_BINDING_V1 or target.root not in st.digests("sha256") \
-                or st.predicate.get("bundle") != bundle:
+        if not isinstance(st.typed, PairBindingV1) or target.root not in st.digests("sha256") \
+                or st.typed.bundle != bundle:
             continue
-        d = st.predicate.get("draft")
-        root = d.get("rootDigest") if isinstance(d, dict) else None
+        root = st.typed.draft.root_digest if st.typed.draft else None
         if (draft.root if draft else None) == root:
             bound_ok = True
         else:
@@ -193,10 +141,13 @@ def evaluate_attestations(
     envs: Sequence[Envelope], policy: TrustPolicy, bundle: str,
     arts: Mapping[str, ArtifactRef], now: datetime, revoked: Mapping[str, str] | None = None,
     scan_sha: str | None = None, spec_sha: str | None = None,
-) -> tuple[list[Problem], dict[str, dict[str, list[str]]], frozenset[str]]:
-    """Problems, trusted signers per statement kind and role (for the verified result), and
-    the tuned schedules eligible keys bound (see :func:`_bound_schedules`)."""
-    stmts, problems = _open_all(envs, policy)
+) -> tuple[list[Problem], dict[str, dict[str, list[str]]], frozenset[str],
+           tuple[StatementVerdict, ...]]:
+    """Problems, trusted signers per statement kind and role (for the verified result), the
+    tuned schedules eligible keys bound (see :func:`_bound_schedules`) and the verdict on
+    each signed line (what audit renders)."""
+    numbered, problems = _open_all(envs, policy)
+    stmts = [cs for _, cs in numbered]
     for req in policy.requirements:
         for art in arts.values():
             p = _evaluate(req, art, bundle, policy, stmts, now, revoked or {}, scan_sha,
@@ -211,7 +162,10 @@ def evaluate_attestations(
             if kind and art.root in cs.statement.digests("sha256"):
                 signers.setdefault(kind, {}).setdefault(art.role, [])
                 signers[kind][art.role] = sorted(set(signers[kind][art.role]) | cs.signers)
-    return problems, signers, _bound_schedules(stmts, policy, bundle, arts, revoked or {}, now)
+    verdicts = statement_verdicts(numbered, policy, bundle, arts, now, revoked or {}, scan_sha,
+                                  spec_sha)
+    return (problems, signers, _bound_schedules(stmts, policy, bundle, arts, revoked or {}, now),
+            verdicts)
 
 
 def _bound_schedules(stmts: list[CheckedStatement], policy: TrustPolicy, bundle: str,
@@ -227,22 +181,19 @@ def _bound_schedules(stmts: list[CheckedStatement], policy: TrustPolicy, bundle:
     nothing.
     """
     repos = tuple(a.repo for a in arts.values())
-    eligible = {k.fingerprint for k in policy.keys
-                if k.may_sign_all(repos, bundle) and k.fingerprint not in revoked}
     latest: dict[str, str] = {}
     for cs in stmts:
         st = cs.statement
-        if st.predicate_type != TUNE_SCHEDULE_V1 or not cs.signers & eligible or not arts:
+        tune = st.typed
+        if not isinstance(tune, TuneScheduleV1) or not arts or not eligible_signers(
+                policy, cs.signers, bundle=bundle, repos=repos, revoked=revoked).counted:
             continue
         if not all(a.root in st.digests("sha256") for a in arts.values()):
             continue
-        sched = st.predicate.get("schedule")
-        if not isinstance(sched, dict) or sched.get("uri") != f"specbundle:bundle/{bundle}/" \
-                f"{SCHEDULE_FILE}":
+        if tune.schedule.uri != f"specbundle:bundle/{bundle}/{SCHEDULE_FILE}":
             continue  # tuned for another bundle (same artifacts, other name): never this one
         if st.time is not None and st.time - now > MAX_CLOCK_SKEW:
             continue
-        digest = schedule_digest(sched)
-        if digest is not None:
-            latest[str(st.predicate.get("engine"))] = digest
+        if tune.schedule.sha256 is not None:
+            latest[tune.engine] = tune.schedule.sha256
     return frozenset(latest.values())

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from specbundle.attest import Envelope, check_statement
-from specbundle.attest.manifest import BUNDLE_MANIFEST_V1, BundleManifest, parse_manifest
+from specbundle.attest import Envelope, WrongPredicateType, check_statement
+from specbundle.attest.manifest import BundleManifest, parse_manifest
 from specbundle.digest import sha256_bytes
 from specbundle.errors import VerificationError
 from specbundle.mirror import Mirror, versions
 from specbundle.strict import MalformedDocument, loads_json
 from specbundle.verify.diff import Problem
+from specbundle.verify.eligibility import eligible_signers
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = ["RESIGN_HINT", "manifest_threshold", "open_manifest"]
@@ -56,7 +57,7 @@ def open_manifest(
                 or "signed by no key of the trust policy", "a trusted signature", None)]
         man = parse_manifest(cs.statement, cs.check.payload)
     except VerificationError as err:
-        kind = "wrong-predicate-type" if BUNDLE_MANIFEST_V1 in err.message else "malformed"
+        kind = "wrong-predicate-type" if isinstance(err, WrongPredicateType) else "malformed"
         return None, frozenset(), [Problem(kind, who, err.message)]  # type: ignore[arg-type]
     problems: list[Problem] = []
     if man.bundle != name:
@@ -70,35 +71,38 @@ def open_manifest(
         problems.append(Problem("chain-mismatch", who, f"version {version} does not chain to "
                                 f"version {version - 1}", sha256_bytes(_envelope(prev).payload),
                                 man.previous))
-    eligible: set[str] = set()
-    for fp in sorted(cs.signers):
-        key = policy.key(fp)
+    verdict = eligible_signers(policy, cs.signers, bundle=name, repos=man.repos,
+                               revoked=revoked)
+    eligible = verdict.counted
+    for fp in sorted(verdict.excluded):
         if fp in revoked:
             problems.append(Problem("revoked-key", who, f"signed by key {fp[:16]}…, "
                                     f"{revoked[fp]}"))
-        elif key is None or not key.may_sign_all(man.repos, name):
+        else:
             problems.append(Problem("out-of-scope", who, f"key {fp[:16]}… may not sign bundle "
                                     f"{name!r} with repos {', '.join(man.repos)}"))
-        else:
-            eligible.add(fp)
     need = manifest_threshold(policy)
     if len(eligible) < need:
         why = "; ".join(cs.check.problems) or "not signed by enough eligible policy keys"
         problems.append(Problem("unmet-threshold" if cs.signers else "unknown-signature", who,
                                 why, f"{need} eligible signer(s)", str(len(eligible))))
     elif not problems:
-        problems += _designated_problems(policy, frozenset(eligible))
+        problems += _designated_problems(policy, man, eligible, revoked)
     return (None if problems else man), frozenset(eligible), problems
 
 
-def _designated_problems(policy: TrustPolicy, eligible: frozenset[str]) -> list[Problem]:
+def _designated_problems(policy: TrustPolicy, man: BundleManifest, signers: frozenset[str],
+                         revoked: Mapping[str, str]) -> list[Problem]:
     """Each requirement that names its approvers (``signers:``) must hold for the manifest as
     a whole: the spec (K, thresholds, engine arguments) changes only with their signatures,
     never with other in-scope keys alone."""
     out: list[Problem] = []
     for req in policy.requirements:
-        got = len(eligible & req.signers)
-        if req.designated and got < req.threshold:
+        if not req.designated:
+            continue
+        got = len(eligible_signers(policy, signers, bundle=man.bundle, repos=man.repos,
+                                   revoked=revoked, designated=req.signers).counted)
+        if got < req.threshold:
             out.append(Problem("unmet-threshold", "manifest", f"the {req.kind} approvers "
                                "named by the policy must sign the manifest (spec included)",
                                f"{req.threshold} of them", str(got)))

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specbundle.attest import REVOCATION_V1, Envelope, PublicKey, check_statement, parse_time
+from specbundle.attest import Envelope, PublicKey, check_statement, parse_time
+from specbundle.attest.models import RevocationV1
 from specbundle.digest import is_sha256, sha256_bytes
 from specbundle.errors import VerificationError
 from specbundle.mirror import Mirror
@@ -107,16 +108,13 @@ def _signed(raw: object, trusted: Sequence[PublicKey]) -> tuple[str, str, str, f
     env = Envelope.from_json(raw)
     checked = check_statement(env, trusted)
     st = checked.statement
-    if st.predicate_type != REVOCATION_V1:
-        raise VerificationError(f"predicate type {st.predicate_type!r}, not {REVOCATION_V1}")
-    digests = st.digests("sha256")
-    fp, why = st.predicate.get("fingerprint"), st.predicate.get("reason")
-    time = st.predicate.get("timeCreated")
-    if not isinstance(fp, str) or digests != {fp} or not is_sha256(fp):
+    p = st.typed_as(RevocationV1)
+    fp, why, time = p.fingerprint, p.reason, p.time_created
+    if st.digests("sha256") != {fp} or not is_sha256(fp):
         raise VerificationError("the subject and the predicate name different fingerprints")
-    if not isinstance(why, str) or not why or parse_time(time) is None:
+    if not why or parse_time(time) is None:
         raise VerificationError("the reason or the time is missing")
-    return fp, why, str(time), checked.signers, env, checked.check.problems
+    return fp, why, time, checked.signers, env, checked.check.problems
 
 
 def check_revocations(
