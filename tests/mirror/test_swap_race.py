@@ -77,7 +77,11 @@ def test_an_attestation_append_lands_in_the_folder_checked(mirror: Mirror,
     mirror.write_bundle_file("pair", "x", b"")
     key = attest.generate_key("ed25519")
     st = attest.Statement.build(attest.artifact_subjects("org/t", "cd" * 32, "a" * 40),
-                                attest.BENCH_EVIDENCE_V1, {"timeCreated": "2026-01-01T00:00:00Z"})
+                                attest.BENCH_EVIDENCE_V1,
+                                {"timeCreated": "2026-01-01T00:00:00Z", "runId": "r1",
+                                 "engine": "llamacpp", "figures": {},
+                                 "report": {"uri": "bench/r1.json",
+                                            "digest": {"sha256": "ab" * 32}}})
     line = attest.sign_statement(st, [key]).to_line()
     swap, moved = _swapper(mirror.root / "bundles/pair", outside)
     with _faults.hook("fs.dir-opened", swap):
