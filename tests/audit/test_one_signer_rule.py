@@ -17,6 +17,7 @@ from specbundle.mirror import Mirror
 from specbundle.sign import sign_bundle
 from specbundle.verify import load_policy, verify_bundle
 from specbundle.verify.eligibility import eligible_signers
+from specbundle.verify.revocations import Revocation
 from tests.review.builders import Versions
 from tests.sign.helpers import policy_doc, pulled_bundle, write_policy, write_scan_report
 
@@ -89,3 +90,35 @@ def test_an_earlier_versions_approvals_are_superseded_not_failed(tmp_path: Path)
     assert all(audited[s.line].link.status == "ok"
                and audited[s.line].link.detail.startswith("superseded") for s in old)
     assert all(a.link.status == "ok" for a in audited.values())
+
+
+def test_a_line_a_revoked_key_cosigned_counts_as_the_verifier_counts_it(tmp_path: Path) -> None:
+    """A line signed by an eligible key and by a revoked one: the verifier counts it on the
+    eligible signature, and audit says so (ok, the revoked signature named, not counted); its
+    twin, signed by the revoked key alone, fails in both."""
+    mirror = Mirror.open(tmp_path / "mirror", create=True)
+    rec = pulled_bundle(tmp_path, mirror, "pair")
+    write_scan_report(mirror, "pair")
+    release, gone = attest.generate_key("ecdsa-p256"), attest.generate_key("ecdsa-p256")
+    sign_bundle(mirror, "pair", [release])
+    policy = load_policy(write_policy(tmp_path / "trust.yaml",
+                                      policy_doc({"release": release, "gone": gone})))
+    target_root = bundle_manifest(mirror, rec.target).root_digest
+    (prov,) = [e for e in attest.read_attestations(mirror, "pair")
+               if attest.parse_statement(e.payload).predicate_type == attest.SLSA_PROVENANCE_V1
+               and target_root in attest.parse_statement(e.payload).digests("sha256")]
+    st = attest.parse_statement(prov.payload)
+    with mirror.lock():
+        both = attest.append_attestation(mirror, "pair", attest.sign_statement(st, [release, gone]))
+        alone = attest.append_attestation(mirror, "pair", attest.sign_statement(st, [gone]))
+    revoked = {gone.fingerprint: Revocation(None, gone.fingerprint, "key leaked",
+                                            "2026-12-01T00:00:00Z", frozenset(), "0" * 64)}
+    vb = verify_bundle(mirror, "pair", policy, revoked={gone.fingerprint: "key leaked"})
+    verdicts = {v.line: v for v in vb.report.statements}
+    assert verdicts[both].ok and verdicts[both].counted == {release.fingerprint}
+    assert not verdicts[alone].ok
+    audited = {a.line: a.link for a in audit_bundle(mirror, "pair", policy,
+                                                    revoked=revoked).attestations}
+    assert audited[both].status == "ok"
+    assert "key leaked" in audited[both].detail and "not counted" in audited[both].detail
+    assert audited[alone].status == "failed" and "key leaked" in audited[alone].detail

@@ -73,12 +73,15 @@ def _required(rec: BundleRecord, kinds: set[str]) -> list[Link]:
 
 
 def _revoked_link(link: Link, signers: Iterable[str], revoked: Mapping[str, Revocation],
-                  policy: TrustPolicy | None) -> Link:
+                  policy: TrustPolicy | None, *, counted: bool = False) -> Link:
     hit = sorted(fp for fp in signers if fp in revoked)
     if not hit:
         return link
     why = "; ".join(f"signed by key {k.name if policy and (k := policy.key(fp)) else fp[:16]} "
                     f"({fp[:16]}…), {revoked[fp].detail}" for fp in hit)
+    if counted:  # the verifier counted it on another, eligible signature
+        return Link(link.name, "ok", f"{link.detail}; also {why} (not counted)"
+                    if link.detail else f"also {why} (not counted)")
     if link.status != "ok" and link.detail:  # keep any earlier failure visible too
         why = f"{why}; also {link.status}: {link.detail}"
     return Link(link.name, "failed", why)
@@ -88,10 +91,17 @@ def apply_revocations(
     artifacts: Sequence[ArtifactAudit], attestations: Sequence[AttestationAudit],
     revoked: Mapping[str, Revocation], policy: TrustPolicy | None,
 ) -> tuple[tuple[ArtifactAudit, ...], tuple[AttestationAudit, ...]]:
-    """Fail every model.sig and attestation a revoked key signed, even if the policy lists it."""
+    """Fail every model.sig a revoked key signed, even if the policy lists it; name the revoked
+    signers of every attestation line.
+
+    Whether a line counts is the verifier's verdict, which already weighed the revocations
+    (an eligible co-signer may carry it): a line it counted stays ok, with the revoked
+    signature named as not counted; any other line fails with the revocation as its reason.
+    """
     arts = tuple(replace(a, model_sig=_revoked_link(a.model_sig, a.model_sig_signers, revoked,
                                                     policy)) for a in artifacts)
-    atts = tuple(replace(t, link=_revoked_link(t.link, t.signers, revoked, policy))
+    atts = tuple(replace(t, link=_revoked_link(t.link, t.signers, revoked, policy,
+                                               counted=t.link.status == "ok"))
                  for t in attestations)
     return arts, atts
 
