@@ -228,7 +228,8 @@ def test_interrupt_removes_the_container(
     cid = proc.stdout.readline().strip()
     assert docker_client.containers.get(cid).status == "running"
     proc.send_signal(sig)
-    assert proc.wait(timeout=60) == 130
+    proc.communicate(timeout=60)  # reaps it and closes its pipe
+    assert proc.returncode == 130
     assert not docker_client.containers.list(all=True, filters={"label": LABEL, "id": cid})
 
 
