@@ -30,8 +30,10 @@ from tests.admit.conftest import Signed, signed_bundle
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-#: 12 rounds before the first look: the rule cannot decide inside the budget or the SIGTERM.
-ROUNDS = "12"
+#: Rounds before the sequential rule's first look. A round of this pair takes about 3 s on
+#: an idle 2-core box (CI: 12 rounds in the 40 s budget), so 40 rounds cannot finish inside
+#: the budget or before the SIGTERM on any machine: the rule never gets to decide.
+ROUNDS = "40"
 
 
 def _admit(s: Signed, key: Path, binary: Path, *extra: str) -> list[str]:
@@ -67,7 +69,8 @@ def _check_inconclusive(s: Signed, out: dict[str, Any], reason: str) -> None:
     assert report.stopping.reason == reason
     assert report.stopping.outcome in ("inconclusive", "unmeasured")
     order = report.settings.round_order
-    assert order and len(order) < 12, order  # partial evidence: whole launches, not 12 rounds
+    # partial evidence: whole launches, fewer than the rounds before the first look
+    assert order and len(order) < int(ROUNDS), order
     lv = report.at_p95
     assert lv is not None and len(lv.base.round_output_throughput) == order.count("base")
     # the auditor's view: the decision verifies with the trust policy and reads INCONCLUSIVE
@@ -87,7 +90,7 @@ def test_a_spent_time_budget_signs_an_inconclusive_decision(
     t0 = time.monotonic()
     res = subprocess.run(_admit(s, key, llama_server_bin, "--time-budget", "40"),
                          capture_output=True, text=True, timeout=900, check=False)
-    assert res.returncode == 5, res.stderr[-2000:]
+    assert res.returncode == 5, (res.stdout + res.stderr)[-3000:]
     assert time.monotonic() - t0 < 40 + 120  # the budget plus a launch, verify and signing
     assert "bench: [" in res.stderr and "/40 s" in res.stderr  # progress on stderr with --json
     _check_inconclusive(s, json.loads(res.stdout), "time_budget")

@@ -16,7 +16,7 @@ import pytest
 
 from specbundle.admit import evaluate
 from specbundle.bench import stats
-from specbundle.bench.budget import default_time_budget
+from specbundle.bench.budget import default_time_budget, stopping
 from specbundle.bench.report import BenchReport
 from specbundle.bench.verdict import gate_verdict
 from specbundle.spec import AdmissionThresholds
@@ -233,3 +233,20 @@ def test_a_settled_alpha_below_c_stops_the_rounds_and_rejects(
     crit = next(c for c in gate.criteria if c.name == "throughput_ratio")
     assert crit.measured == "settled" and not gate.inconclusive
     assert bench_decision(report)[0] == "REJECTED"
+
+
+@pytest.mark.parametrize("reason", ["time_budget", "interrupted"])
+def test_a_run_cut_short_is_never_a_pass_even_when_its_ci_clears(reason: str) -> None:
+    """Between the planned looks the budget or the operator, not the rule, ends the run: a CI
+    that already clears the threshold then is inconclusive (the decision is never admitted);
+    the same CI at the rule's own look is a pass."""
+    plan = stats.LookPlan(4, 12, NOMINAL)
+    ci = stats.RatioCI(1.5, 1.3, 1.7, plan.per_look_confidence, "welch", 6, 6, 0.05, 10.0)
+    notes: list[str] = []
+    st = stopping(plan, ci, target=1.05, reason=reason, rounds=6,  # type: ignore[arg-type]
+                  budget=60.0, elapsed=61.0, notes=notes)
+    assert (st.outcome, st.reason) == ("inconclusive", reason)
+    assert any("never a pass" in n and "cleared 1.05" in n for n in notes)
+    resolved = stopping(plan, ci, target=1.05, reason="resolved", rounds=6, budget=60.0,
+                        elapsed=30.0, notes=[])
+    assert resolved.outcome == "above"

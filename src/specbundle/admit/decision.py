@@ -70,7 +70,10 @@ def _ratio(report: BenchReport, t: AdmissionThresholds) -> Criterion:
         return Criterion("throughput_ratio", False, "unmeasured", thr,
                          f"throughput ratio at P95 concurrency {p95} unmeasured{cut}")
     r = lv.ratio
-    ok = r.low >= t.min_throughput_ratio_lower_bound
+    # cut short between the rule's looks (budget, operator): never a pass, whatever the CI
+    cut_short = st is not None and st.reason in ("time_budget", "interrupted") \
+        and st.outcome == "inconclusive"
+    ok = r.low >= t.min_throughput_ratio_lower_bound and not cut_short
     # the sequential rule's repeated CI: the gate reads the interval the rule stopped on
     looks = looks_text(st.looks, st.per_look_confidence, report.settings.confidence) \
         if st is not None and st.looks > 1 else ""
@@ -93,10 +96,12 @@ def _ratio(report: BenchReport, t: AdmissionThresholds) -> Criterion:
     if st is not None and st.outcome == "inconclusive":  # its own outcome, never a pass
         need = (f"; about {st.rounds_to_resolve} rounds per arm would resolve it at this noise"
                 if st.rounds_to_resolve else "; the ratio sits on the threshold")
+        held = ("clears" if r.low >= t.min_throughput_ratio_lower_bound else "contains")
         return Criterion("throughput_ratio", False, "inconclusive", thr,
-                         f"{what}: inconclusive, the CI contains "
+                         f"{what}: inconclusive, the CI {held} "
                          f"{t.min_throughput_ratio_lower_bound:.3f} after {st.rounds} rounds "
-                         f"(stopped: {st.reason.replace('_', ' ')}){need}")
+                         f"(stopped: {st.reason.replace('_', ' ')}, before the rule's look: "
+                         f"never a pass){need}")
     return Criterion("throughput_ratio", False, f"{r.low:.3f}", thr,
                      f"{what}: lower bound {r.low:.3f} < "
                      f"{t.min_throughput_ratio_lower_bound:.3f}{more}")

@@ -132,6 +132,12 @@ def stopping(plan: stats.LookPlan, ci: stats.RatioCI | None, *, target: float,
     if side == "inconclusive" and ci is not None and reason in (
             "time_budget", "interrupted") and plan.futile(ci, target):
         reason = "futile"
+    if side == "above" and reason in ("time_budget", "interrupted"):
+        # Cut short between the planned looks: a CI that clears the threshold here is still
+        # not a pass (the budget or the operator ended the run, not the rule): inconclusive.
+        side = "inconclusive"
+        notes.append(f"the P95 CI cleared {target:.2f} after {rounds} rounds, but a run cut "
+                     "short before the rule's look is never a pass: rerun with a larger budget")
     if reason == "futile":
         notes.append(f"futility at P95 after {rounds} rounds: even the top of the CI could not "
                      f"clear {target:.2f} by the last look ({plan.last} rounds) at this noise: "

@@ -260,9 +260,14 @@ def _stopping(f: Figures) -> str | None:
         return (f"the sequential rule stopped for futility after {f.stop_rounds} rounds: even "
                 f"the top of the CI could not clear the admission threshold "
                 f"{f.stop_threshold:.2f} by its last planned look at this noise, so it rejects")
+    looks = looks_text(f.stop_looks, f.stop_per_look_confidence)
+    if f.ratio_low is not None and f.ratio_low >= f.stop_threshold:  # cut short, CI clear
+        return (f"the run was cut short after {f.stop_rounds} rounds "
+                f"({f.stop_reason.replace('_', ' ')}) before the sequential rule's look: its CI "
+                f"already clears the admission threshold {f.stop_threshold:.2f}, but a run cut "
+                "short is never a pass; rerun with a larger time budget")
     need = (f"; about {f.stop_rounds_to_resolve} rounds per arm would resolve it at this noise"
             if f.stop_rounds_to_resolve else "; the ratio sits on the threshold")
-    looks = looks_text(f.stop_looks, f.stop_per_look_confidence)
     return (f"the sequential rule stopped after {f.stop_rounds} rounds "
             f"({f.stop_reason.replace('_', ' ')}{'; ' + looks if looks else ''}) with the CI "
             f"still containing the admission threshold {f.stop_threshold:.2f}, which is "
