@@ -14,12 +14,22 @@ from specbundle import attest
 from specbundle.attest.mirrored import bundle_manifest
 from specbundle.audit import audit_bundle
 from specbundle.mirror import Mirror
+from specbundle.record import BundleRecord
 from specbundle.sign import sign_bundle
 from specbundle.verify import load_policy, verify_bundle
 from specbundle.verify.eligibility import eligible_signers
 from specbundle.verify.revocations import Revocation
 from tests.review.builders import Versions
 from tests.sign.helpers import policy_doc, pulled_bundle, write_policy, write_scan_report
+
+
+def _target_provenance(mirror: Mirror, rec: BundleRecord) -> attest.Statement:
+    """The fetch provenance ``sign`` wrote for the bundle's target."""
+    root = bundle_manifest(mirror, rec.target).root_digest
+    (st,) = [st for e in attest.read_attestations(mirror, "pair")
+             if (st := attest.parse_statement(e.payload)).predicate_type
+             == attest.SLSA_PROVENANCE_V1 and root in st.digests("sha256")]
+    return st
 
 
 def test_a_target_only_key_counts_in_verify_and_in_audit_alike(tmp_path: Path) -> None:
@@ -32,14 +42,9 @@ def test_a_target_only_key_counts_in_verify_and_in_audit_alike(tmp_path: Path) -
     doc["keys"][1]["repos"] = ["org/target"]  # type: ignore[index]
     policy = load_policy(write_policy(tmp_path / "trust.yaml", doc))
     # the target's fetch provenance, signed again by the key trusted for the target only
-    envs = attest.read_attestations(mirror, "pair")
-    target_root = bundle_manifest(mirror, rec.target).root_digest
-    (prov,) = [e for e in envs if attest.parse_statement(e.payload).predicate_type
-               == attest.SLSA_PROVENANCE_V1 and target_root
-               in attest.parse_statement(e.payload).digests("sha256")]
     with mirror.lock():
         line = attest.append_attestation(mirror, "pair", attest.sign_statement(
-            attest.parse_statement(prov.payload), [narrow]))
+            _target_provenance(mirror, rec), [narrow]))
     vb = verify_bundle(mirror, "pair", policy)
     (verdict,) = [v for v in vb.report.statements if v.line == line]
     assert verdict.ok and verdict.counted == {narrow.fingerprint}
@@ -103,11 +108,7 @@ def test_a_line_a_revoked_key_cosigned_counts_as_the_verifier_counts_it(tmp_path
     sign_bundle(mirror, "pair", [release])
     policy = load_policy(write_policy(tmp_path / "trust.yaml",
                                       policy_doc({"release": release, "gone": gone})))
-    target_root = bundle_manifest(mirror, rec.target).root_digest
-    (prov,) = [e for e in attest.read_attestations(mirror, "pair")
-               if attest.parse_statement(e.payload).predicate_type == attest.SLSA_PROVENANCE_V1
-               and target_root in attest.parse_statement(e.payload).digests("sha256")]
-    st = attest.parse_statement(prov.payload)
+    st = _target_provenance(mirror, rec)
     with mirror.lock():
         both = attest.append_attestation(mirror, "pair", attest.sign_statement(st, [release, gone]))
         alone = attest.append_attestation(mirror, "pair", attest.sign_statement(st, [gone]))
