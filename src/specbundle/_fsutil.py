@@ -21,8 +21,8 @@ from specbundle import _faults
 from specbundle.errors import CorruptMirror, DiskError
 
 __all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_json", "canonical_json",
-           "disk_error", "fsync_dir", "json_bytes", "open_dir", "real_dir", "rename_at",
-           "unlink_at", "write_at"]
+           "disk_error", "fsync_dir", "json_bytes", "link_at", "open_dir", "real_dir",
+           "rename_at", "tmp_name", "unlink_at", "write_at"]
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
@@ -135,13 +135,39 @@ def real_dir(root: Path, rel: str | PurePosixPath = "", *, create: bool = True) 
     return root / rel
 
 
+def tmp_name(name: str, suffix: str = "tmp") -> str:
+    """A hidden sibling name for staging ``name`` that no other writer picks.
+
+    The pid alone is not enough: two threads of one process (a library caller rendering two
+    servers side by side) would share it and rename each other's temp file away.
+    """
+    return f".{name}.{os.getpid()}.{secrets.token_hex(6)}.{suffix}"
+
+
+def link_at(dfd: int, name: str, target: str) -> None:
+    """Make ``name`` in the folder ``dfd`` a symlink to ``target`` with one rename.
+
+    The caller decides whether what is there now may be replaced; readers see the old link
+    or the new one, never neither.
+    """
+    tmp = tmp_name(name)
+    os.symlink(target, tmp, dir_fd=dfd)
+    try:
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dfd)
+        raise
+    os.fsync(dfd)
+
+
 def write_at(dfd: int, name: str, data: bytes, where: Path, mode: int = 0o644) -> None:
     """Atomically replace ``name`` in the directory ``dfd`` (temp file, fsync, rename).
 
     ``where`` is the folder's path, for messages only. A disk failure leaves ``name`` as it
     was, removes the temp file and raises :class:`DiskError` naming the path.
     """
-    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp = tmp_name(name)
     created = False
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,

@@ -102,3 +102,34 @@ def test_bench_runs_the_bytes_it_rendered_not_the_file_in_the_mirror(
         import shutil
 
         shutil.rmtree(man.private)
+
+
+def test_renders_of_one_bundle_side_by_side_each_create_the_aliases(
+        mirror: Mirror, bundle: BundleFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two servers of one bundle are rendered from two threads of one process (the vLLM
+    engine tests do): each stages its own temp link, so neither renames the other's away."""
+    import os
+    import shutil
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    real_symlink = os.symlink
+
+    def slow_symlink(*args: object, **kwargs: object) -> None:
+        real_symlink(*args, **kwargs)  # type: ignore[arg-type]
+        time.sleep(0.005)  # a slow disk: the window between staging and renaming opens
+
+    monkeypatch.setattr(os, "symlink", slow_symlink)
+    bundle()
+    value = read_unsigned(mirror, "llama-pair")
+    models = mirror.bundle_dir("llama-pair") / "render" / "models"
+    for _ in range(20):
+        shutil.rmtree(models, ignore_errors=True)
+        with ThreadPoolExecutor(6) as pool:
+            results = list(pool.map(
+                lambda _: render_bundle(value, "llamacpp", "shell", image_digest=DIGEST),
+                range(6)))
+        assert {r.out_dir for r in results} == {results[0].out_dir}
+        assert sorted(p.name for p in models.iterdir()) == ["draft", "target"]  # no temp left
+        assert all((models / n).is_symlink() and (models / n).resolve().is_dir()
+                   for n in ("draft", "target"))

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from specbundle import _faults, ids
-from specbundle._fsutil import atomic_write_bytes, canonical_json, disk_error, fsync_dir
+from specbundle._fsutil import atomic_write_bytes, canonical_json, disk_error, fsync_dir, tmp_name
 from specbundle.digest import sha256_bytes
 from specbundle.errors import CorruptMirror, MirrorError
 from specbundle.record import ArtifactRecord, FileEntry
@@ -82,8 +82,7 @@ def _link_blobs(mirror: Mirror, mdir: Path, files: tuple[FileEntry, ...]) -> Pat
             raise MirrorError(f"{mdir.name}: object for {f.path} ({f.sha256}) is missing")
         link = blobs / f.sha256
         if not link.is_symlink():
-            tmp = blobs / f".{f.sha256}.{os.getpid()}.tmp"
-            tmp.unlink(missing_ok=True)
+            tmp = blobs / tmp_name(f.sha256)
             tmp.symlink_to(os.path.relpath(mirror.object_path(f.sha256), blobs))
             tmp.replace(link)
     return blobs
@@ -133,8 +132,7 @@ def _flip_link(link: Path, target: str) -> bool:
     """Point ``link`` at ``target`` with one rename; True if it changed."""
     if link.is_symlink() and str(link.readlink()) == target:
         return False
-    tmp = link.parent / f".{link.name}.{os.getpid()}.tmp"
-    tmp.unlink(missing_ok=True)
+    tmp = link.parent / tmp_name(link.name)
     tmp.symlink_to(target, target_is_directory=True)
     tmp.replace(link)
     fsync_dir(link.parent)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specbundle import _faults
-from specbundle._fsutil import disk_error, open_dir, rename_at, unlink_at, write_at
+from specbundle._fsutil import disk_error, open_dir, rename_at, tmp_name, unlink_at, write_at
 from specbundle.digest import sha256_bytes
 from specbundle.errors import VerificationError
 from specbundle.mirror.store import Mirror
@@ -217,7 +217,7 @@ def flip_current(mirror: Mirror, name: str, version: int) -> None:
     """Make ``version`` current by one atomic rename (the writer's last step)."""
     mirror.bundle_dir(name)
     where = mirror.root / "bundles" / name
-    tmp = f".{CURRENT_REF}.{os.getpid()}.tmp"
+    tmp = tmp_name(CURRENT_REF)
     with open_dir(mirror.root, f"bundles/{name}") as dfd:  # the folder checked, not a link
         write_at(dfd, tmp, f"{version}\n".encode(), where)
         _faults.point("versions.ref-staged")

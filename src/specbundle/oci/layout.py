@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from specbundle._fsutil import atomic_write_bytes
+from specbundle._fsutil import atomic_write_bytes, tmp_name
 from specbundle.digest import sha256_bytes
 from specbundle.errors import MirrorError, SourceUnavailable, UsageError, VerificationError
 from specbundle.oci.backend import BlobPush, Progress, bounded, fallback_tag, with_referrer
@@ -73,7 +73,7 @@ class LayoutBackend:
         dest = self._blob(digest)
         if dest.is_file() and dest.stat().st_size == size:
             return BlobPush(digest, size, 0, skipped=True)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+        tmp = dest.with_name(tmp_name(dest.name, "part"))
         h, n = hashlib.sha256(), 0
         with path.open("rb") as src, tmp.open("wb") as out:
             while block := src.read(_BLOCK):

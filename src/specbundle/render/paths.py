@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 
+from specbundle._fsutil import link_at, open_dir
 from specbundle.errors import RenderError
 from specbundle.mirror import Mirror
-from specbundle.record import BundleRecord
+from specbundle.record import ArtifactRecord, BundleRecord
 
 __all__ = [
     "METHOD_WORDS",
@@ -61,35 +63,46 @@ def _alias_error(name: str, link: Path, err: OSError) -> RenderError:
 
 
 def ensure_aliases(mirror: Mirror, record: BundleRecord) -> tuple[Path, Path | None]:
-    """Create or repoint the per-bundle aliases to the record's snapshots (atomic rename)."""
+    """Create or repoint the per-bundle aliases to the record's snapshots (atomic rename).
+
+    Every step is relative to the alias folder's descriptor, opened without following links,
+    so a link planted on the way cannot redirect the write; concurrent renders of one bundle
+    (two servers started side by side) each stage their own temp link.
+    """
     target, draft = model_aliases(mirror.root, record.name, has_draft=record.draft is not None)
+    mirror.bundle_dir(record.name)  # the name checked before it touches the filesystem
     try:
-        mirror.output_dir(record.name, "render/models")  # real folders only, never a link
+        with open_dir(mirror.root, f"bundles/{record.name}/render/models") as dfd:
+            for link, art in ((target, record.target), (draft, record.draft)):
+                if link is not None and art is not None:
+                    _point_alias(mirror, record.name, dfd, link, art)
     except OSError as err:  # a read-only mirror without the aliases in place
         raise _alias_error(record.name, target, err) from None
-    for link, art in ((target, record.target), (draft, record.draft)):
-        if link is None or art is None:
-            continue
-        snap = mirror.artifact_dir(art)
-        if not snap.is_dir():
-            raise RenderError(
-                f"bundle {record.name!r}: {art.role} snapshot {snap} is missing from the mirror",
-                hint="pull (or import) the bundle into this mirror first",
-            )
-        rel = os.path.relpath(snap, link.parent)
-        if link.is_symlink() and str(link.readlink()) == rel:
-            continue
-        if link.exists() and not link.is_symlink():
+    return target, draft
+
+
+def _point_alias(mirror: Mirror, name: str, dfd: int, link: Path, art: ArtifactRecord) -> None:
+    snap = mirror.artifact_dir(art)
+    if not snap.is_dir():
+        raise RenderError(
+            f"bundle {name!r}: {art.role} snapshot {snap} is missing from the mirror",
+            hint="pull (or import) the bundle into this mirror first",
+        )
+    rel = os.path.relpath(snap, link.parent)
+    try:
+        st = os.stat(link.name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if not stat.S_ISLNK(st.st_mode):
             raise RenderError(f"refusing to replace {link}: it is not a model alias (a link)",
                               hint="remove it (someone planted it) and render again")
-        try:
-            tmp = link.parent / f".{link.name}.{os.getpid()}.tmp"
-            tmp.unlink(missing_ok=True)
-            tmp.symlink_to(rel, target_is_directory=True)
-            tmp.replace(link)
-        except OSError as err:  # a read-only mirror without the aliases in place
-            raise _alias_error(record.name, link, err) from None
-    return target, draft
+        if os.readlink(link.name, dir_fd=dfd) == rel:
+            return
+    try:
+        link_at(dfd, link.name, rel)
+    except OSError as err:  # a read-only mirror without the aliases in place
+        raise _alias_error(name, link, err) from None
 
 
 def is_pinned(image: str) -> bool:

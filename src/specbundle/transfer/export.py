@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from specbundle import _faults
-from specbundle._fsutil import atomic_write_bytes, disk_error, json_bytes
+from specbundle._fsutil import atomic_write_bytes, disk_error, json_bytes, tmp_name
 from specbundle.attest import Envelope, SigningKey, sign_statement
 from specbundle.attest.log import read_attestations
 from specbundle.attest.manifest import BundleManifest, parse_manifest_unverified
@@ -285,7 +285,7 @@ class _TmpFile:
     def __init__(self, dest: Path) -> None:
         dest.parent.mkdir(parents=True, exist_ok=True)
         self.dest = dest
-        self.tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+        self.tmp = dest.with_name(tmp_name(dest.name, "part"))
         self.fh = self.tmp.open("wb")
 
     def write(self, data: bytes) -> None:
