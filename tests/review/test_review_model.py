@@ -66,3 +66,44 @@ def test_stored_bench_verdict_shows_until_admitted(tmp_path: Path) -> None:
     bench = {d.topic: d for d in r.decisions}["benchmark"]
     assert "1.4x at P95" in bench.text and bench.tone == "attention"
     assert "speculation wins: 1.4x at P95" in render_review_html(r)
+
+
+def _admission(v: Versions, manifest: str, result: str, reasons: list[str]) -> None:
+    """Sign and append an admission VSA as admit does (the typed model, the real log)."""
+    from specbundle.attest import Statement, Subject, append_attestation, sign_statement
+    from specbundle.attest.models import AdmissionDetails, CriterionResult, VerificationSummaryV1
+    from specbundle.attest.models.standard import PolicyRef, Verifier
+
+    vsa = VerificationSummaryV1(
+        verifier=Verifier(id="https://specbundle.dev/admit", version={"specbundle": "t"}),
+        time_verified="2026-12-01T00:00:00Z", resource_uri="specbundle:bundle/pair",
+        policy=PolicyRef(uri="trust.yaml", digest={"sha256": "0" * 64}),
+        verification_result=result,  # type: ignore[arg-type]
+        verified_levels=["SLSA_BUILD_LEVEL_UNEVALUATED"],
+        specbundle=AdmissionDetails(
+            reasons=reasons, manifest_sha256=manifest,
+            criteria=[CriterionResult(name="throughput_ratio", passed=not reasons,
+                                      measured="1.400", threshold="1.050")]))
+    subject = Subject(name="pair", digest={"sha256": manifest})
+    append_attestation(v.mirror, "pair", sign_statement(Statement.of([subject], vsa), [v.key]))
+
+
+def test_admission_of_this_version_is_the_decision(tmp_path: Path) -> None:
+    """Only an admission naming this very version's manifest counts; a malformed or other
+    version's line is skipped, never read field by field."""
+    v = Versions(tmp_path)
+    v.sign()
+    manifest = build_review(v.mirror, "pair").side.manifest_digest
+    assert manifest is not None
+    _admission(v, "f" * 64, "PASSED", [])  # another version's: not this one's decision
+    _admission(v, manifest, "FAILED", ["throughput_ratio: 0.9 below 1.05"])
+    with (v.mirror.bundle_dir("pair") / "attestations.jsonl").open("ab") as log:
+        log.write(b'{"payloadType": "x", "payload": "e30=", "signatures": []}\n')
+    r = build_review(v.mirror, "pair", policy=load_policy(v.policy_path))
+    assert [a["result"] for a in r.admissions] == ["FAILED"]
+    adm = r.admissions[0]
+    assert adm["verified"] is True and adm["signed_by"] == ["release"]
+    assert adm["criteria"] == [{"name": "throughput_ratio", "passed": False,
+                                "measured": "1.400", "threshold": "1.050"}]
+    decision = {d.topic: d for d in r.decisions}["admission"]
+    assert decision.tone == "bad" and "0.9 below 1.05" in decision.text

@@ -19,6 +19,7 @@ import jinja2
 
 from specbundle import __version__
 from specbundle.attest import SLSA_VSA_V1, Envelope, check_statement, parse_statement
+from specbundle.attest.models import VerificationSummaryV1
 from specbundle.digest import sha256_bytes
 from specbundle.errors import SpecbundleError
 from specbundle.mirror import Mirror, utc_now, versions
@@ -125,19 +126,19 @@ def _admissions(raw: bytes | None, side: Side, policy: TrustPolicy | None
         try:
             env = Envelope.from_json(loads_json(line, what="attestation"))
             st = parse_statement(env.payload)
+            if st.predicate_type != SLSA_VSA_V1:
+                continue
+            vsa = st.typed_as(VerificationSummaryV1)  # the signed shape, never .get() chains
         except (MalformedDocument, ValueError, SpecbundleError):
             continue
-        sb = st.predicate.get("specbundle")
-        if st.predicate_type != SLSA_VSA_V1 or not isinstance(sb, dict) \
-                or sb.get("manifestSha256") != side.manifest_digest:
+        sb = vsa.specbundle
+        if sb is None or sb.manifest_sha256 != side.manifest_digest:
             continue
         names, ok = _signed_by(env, policy)
-        reasons = sb.get("reasons")
-        out.append({"result": str(st.predicate.get("verificationResult")),
-                    "time": str(st.predicate.get("timeVerified")),
-                    "reasons": [str(r) for r in reasons] if isinstance(reasons, list) else [],
-                    "signed_by": names, "verified": ok,
-                    "criteria": [c for c in sb.get("criteria") or [] if isinstance(c, dict)]})
+        out.append({"result": vsa.verification_result, "time": vsa.time_verified,
+                    "reasons": list(sb.reasons or []), "signed_by": names, "verified": ok,
+                    "criteria": [c.model_dump(mode="json", by_alias=True)
+                                 for c in sb.criteria or []]})
     return out
 
 
