@@ -66,3 +66,36 @@ def test_edited_bench_report_breaks_bench_and_admission_links(admitted: Signed) 
         assert b.broken
     finally:
         path.write_bytes(original)
+
+
+def test_a_digest_merely_mentioned_in_a_signed_statement_vouches_for_nothing(
+        admitted: Signed) -> None:
+    """Only the report field's digest vouches for a report's bytes: a statement that names
+    the edited report's digest in a figure (signed by the release key) links nothing."""
+    from specbundle.attest import Statement, append_attestation, sign_statement
+    from specbundle.attest.mirrored import claimed_subjects
+    from specbundle.attest.models import BenchEvidenceV1, DigestRef
+    from specbundle.digest import sha256_bytes
+
+    (path,) = (admitted.mirror.bundle_dir("bad") / "bench").glob("*/report.json")
+    original = path.read_bytes()
+    log = admitted.mirror.bundle_dir("bad") / "attestations.jsonl"
+    log_before = log.read_bytes()
+    doc = json.loads(original)
+    doc["notes"] = [*doc.get("notes", []), "rewritten"]
+    edited = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+    path.write_bytes(edited)
+    subjects = claimed_subjects(admitted.mirror, admitted.mirror.load_bundle("bad"))
+    decoy = Statement.of(subjects, BenchEvidenceV1(
+        time_created="2026-12-01T00:00:00Z", run_id="another-run", engine="llamacpp",
+        report=DigestRef(uri="specbundle:bundle/bad/bench/another-run/report.json",
+                         digest={"sha256": "0" * 64}),
+        figures={"note": sha256_bytes(edited)}))
+    append_attestation(admitted.mirror, "bad", sign_statement(decoy, [admitted.key]))
+    try:
+        (b,) = audit(admitted.mirror, "bad", policy=admitted.policy).bundles
+        (run,) = b.bench_runs
+        assert run.link.status == "failed" and "not the one signed" in run.link.detail
+    finally:
+        path.write_bytes(original)
+        log.write_bytes(log_before)

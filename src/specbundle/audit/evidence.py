@@ -7,11 +7,12 @@ signed statement names, or an image archive that no longer hashes right, fails t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specbundle.attest import BENCH_EVIDENCE_V1, SLSA_VSA_V1
+from specbundle.attest import BENCH_EVIDENCE_V1, SLSA_VSA_V1, parse_predicate
+from specbundle.attest.models import BenchEvidenceV1
 from specbundle.audit.model import AttestationAudit, BenchAudit, ImageAudit, Link, RenderAudit
 from specbundle.bench.report import BenchReport
 from specbundle.digest import hash_file, sha256_bytes
@@ -22,18 +23,19 @@ from specbundle.record import BundleRecord
 from specbundle.render.paths import model_aliases
 from specbundle.strict import MalformedDocument, loads_json, read_mirror_file
 
-__all__ = ["admissions", "bench_audits", "image_audits", "mentions", "render_audits"]
+__all__ = ["admissions", "bench_audits", "image_audits", "render_audits"]
 
 
-def mentions(value: Any, needle: str) -> bool:
-    """Whether ``needle`` appears as (part of) any string inside a JSON value."""
-    if isinstance(value, str):
-        return needle in value
-    if isinstance(value, Mapping):
-        return any(mentions(v, needle) for v in value.values())
-    if isinstance(value, list | tuple):
-        return any(mentions(v, needle) for v in value)
-    return False
+def _evidence_for(ptype: str, pred: Any) -> BenchEvidenceV1 | None:
+    """A bench-evidence predicate through its typed model, else None (another type, or a
+    shape that does not fit: such a line links nothing, whatever strings it carries)."""
+    if ptype != BENCH_EVIDENCE_V1:
+        return None
+    try:
+        got = parse_predicate(ptype, pred)
+    except SpecbundleError:
+        return None
+    return got if isinstance(got, BenchEvidenceV1) else None
 
 
 def _figures(report: BenchReport) -> dict[str, Any]:
@@ -62,17 +64,18 @@ def bench_audits(
             continue  # a planted link, FIFO or device is no report
         digest = sha256_bytes(data)
         run_id = path.parent.name
-        evidence = [a for a, (ptype, pred) in zip(attestations, raw_predicates, strict=True)
-                    if ptype == BENCH_EVIDENCE_V1 and (mentions(pred, digest)
-                                                       or mentions(pred, run_id))]
+        typed = [(a, ev) for a, (ptype, pred) in zip(attestations, raw_predicates, strict=True)
+                 if (ev := _evidence_for(ptype, pred)) is not None]
+        # a statement is about this run if it names the run or the report's digest; it vouches
+        # for the bytes only through the digest its report field signs
+        evidence = [a for a, ev in typed if ev.run_id == run_id or ev.report.sha256 == digest]
         try:
             report = BenchReport.from_json(loads_json(data, what="bench report"))
         except (SpecbundleError, ValueError, KeyError, TypeError) as err:
             out.append(BenchAudit(run_id, "", "", digest, None, None, None, None, None, None,
                                   None, Link(f"bench {run_id}", "failed", f"unreadable: {err}")))
             continue
-        named = [a for a, (_, pred) in zip(attestations, raw_predicates, strict=True)
-                 if a in evidence and mentions(pred, digest)]
+        named = [a for a, ev in typed if a in evidence and ev.report.sha256 == digest]
         if named and any(a.link.status == "ok" for a in named):
             link = Link(f"bench {run_id}", "ok", "report digest named by a verified statement")
         elif evidence and not named:
