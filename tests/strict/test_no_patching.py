@@ -13,6 +13,7 @@ real interface of what they set and need no entry.
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -79,23 +80,24 @@ def _patches(tree: ast.Module) -> list[tuple[int, str]]:
     return sorted(found)
 
 
+@cache
+def _all_patches() -> tuple[tuple[str, int, str], ...]:
+    """(test file, line, target) of every patch in the test tree."""
+    return tuple((path.relative_to(TESTS).as_posix(), line, what)
+                 for path in sorted(TESTS.rglob("*.py"))
+                 for line, what in _patches(ast.parse(path.read_text(encoding="utf-8"))))
+
+
 def test_no_test_patches_the_system_under_test() -> None:
-    offenders = []
-    for path in sorted(TESTS.rglob("*.py")):
-        rel = path.relative_to(TESTS).as_posix()
-        for line, what in _patches(ast.parse(path.read_text(encoding="utf-8"))):
-            if (rel, what) not in ALLOWED:
-                offenders.append(f"tests/{rel}:{line}: {what}")
+    offenders = [f"tests/{rel}:{line}: {what}" for rel, line, what in _all_patches()
+                 if (rel, what) not in ALLOWED]
     assert offenders == [], "give the code a seam or use a real input instead:\n" + "\n".join(
         offenders)
 
 
 def test_every_allowed_hook_is_still_there() -> None:
     """An entry whose patch is gone is removed, so the list never holds a stale exemption."""
-    seen = {(path.relative_to(TESTS).as_posix(), what)
-            for path in TESTS.rglob("*.py")
-            for _line, what in _patches(ast.parse(path.read_text(encoding="utf-8")))}
-    assert ALLOWED - seen == set()
+    assert ALLOWED - {(rel, what) for rel, _line, what in _all_patches()} == set()
 
 
 def test_the_finder_sees_each_form() -> None:
