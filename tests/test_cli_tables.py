@@ -26,8 +26,10 @@ WIDTHS = (80, 200)
 
 @pytest.fixture(params=WIDTHS)
 def width(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
-    """The log's width, as COLUMNS would set it for a CI runner."""
-    monkeypatch.setattr(_output.console, "_width", request.param)
+    """The log's width, set by COLUMNS as a CI runner sets it (the console reads it at each
+    print when it was not set at import)."""
+    monkeypatch.setenv("COLUMNS", str(request.param))
+    assert _output.console.width == request.param, "COLUMNS was set when the CLI was imported"
     return int(request.param)
 
 

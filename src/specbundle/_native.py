@@ -5,7 +5,8 @@ named ``<module>_native`` that records the SHA-256 of the source it was compiled
 would happily import a stale twin after the source changed (an edited checkout, a partial
 upgrade), silently running code nobody reviewed; here a twin is used only when its digest
 matches the source file next to it, and the pure module otherwise: both do the same thing, the
-twin only faster. ``SPECBUNDLE_PURE_PYTHON=1`` forces the pure modules (tests run both).
+twin only faster. ``SPECBUNDLE_PURE_PYTHON=1`` forces the pure modules; callers read it at each
+call (:func:`pure_forced`), so one process can run both builds (the tests do).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["PURE_ENV", "twin"]
+__all__ = ["PURE_ENV", "pure_forced", "twin"]
 
 PURE_ENV = "SPECBUNDLE_PURE_PYTHON"
 
@@ -31,9 +32,14 @@ def _source_digest(module: ModuleType) -> str | None:
         return None
 
 
+def pure_forced() -> bool:
+    """Whether the environment asks for the pure modules now (``SPECBUNDLE_PURE_PYTHON``)."""
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
 def twin(module: ModuleType) -> ModuleType:
     """``module``'s compiled twin when one matches its source, else ``module`` itself."""
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if pure_forced():
         return module
     try:
         native = importlib.import_module(module.__name__ + "_native")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -18,9 +19,10 @@ from specbundle.admit import evaluate
 from specbundle.bench import stats
 from specbundle.bench.budget import default_time_budget, stopping
 from specbundle.bench.report import BenchReport
+from specbundle.bench.runner import ArmData, _Runner
 from specbundle.bench.verdict import gate_verdict
 from specbundle.spec import AdmissionThresholds
-from tests.bench.test_sequential import _report, _runner, _spec
+from tests.bench.test_sequential import _report, _runner, _spec, _SyntheticArms
 
 NOMINAL = 0.90
 
@@ -74,21 +76,42 @@ def _flat(arm: str, r: int) -> float:
     return (100.0, 110.0)[(r + (arm == "spec")) % 2]
 
 
+Hook = Callable[[str, Callable[[], None]], None]  # (arm, the launch's measuring) -> None
+
+
+class _HookedArms(_SyntheticArms):
+    """The synthetic driver with what happens around a launch's measuring (time passing, an
+    interrupt, progress ticks) in ``hook``, handed to the runner through its ``arms`` seam."""
+
+    def __init__(self, runner: _Runner, hook: Hook) -> None:
+        assert isinstance(runner.arms, _SyntheticArms)
+        super().__init__(runner.arms.throughput)
+        self.levels, self.hook = runner.arms.levels, hook
+
+    def measure(self, arm: str, url: str, data: ArmData, reqs: Any, *,
+                metrics: bool = True, levels: tuple[int, ...] | None = None) -> None:
+        self.hook(arm, lambda: super(_HookedArms, self).measure(
+            arm, url, data, reqs, metrics=metrics, levels=levels))
+
+
+def _hooked(runner: _Runner, hook: Hook) -> _Runner:
+    runner.arms = _HookedArms(runner, hook)
+    return runner
+
+
 def test_the_time_budget_ends_inside_the_minimum_rounds_with_whole_launches(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The budget is checked before every level, so it binds before the first look too; the
     launch it cut is dropped and the report says inconclusive, never a pass."""
     seen: list[int] = []
     runner = _runner(_spec(4), _flat, monkeypatch, seen, time_budget_s=1.0)
-    real = runner.arms.measure
 
-    def slow(*a: Any, **k: Any) -> None:
+    def slow(arm: str, measure: Callable[[], None]) -> None:
         runner.t0 -= 0.21  # each launch "takes" 0.21 s of the budget
-        real(*a, **k)
+        measure()
         runner._check_time()  # as the real measure does before its next level
 
-    monkeypatch.setattr(runner.arms, "measure", slow)
-    report = _report(runner)
+    report = _report(_hooked(runner, slow))
     st = report.stopping
     assert st is not None and seen == []  # stopped before the first look at 4 rounds
     assert (st.reason, st.outcome, st.time_budget_s) == ("time_budget", "inconclusive", 1.0)
@@ -110,17 +133,15 @@ def test_the_time_budget_ends_inside_the_minimum_rounds_with_whole_launches(
 def test_an_interrupt_writes_the_partial_report(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[int] = []
     runner = _runner(_spec(4), _flat, monkeypatch, seen)
-    real = runner.arms.measure
     calls = [0]
 
-    def interrupted(*a: Any, **k: Any) -> None:
+    def interrupted(arm: str, measure: Callable[[], None]) -> None:
         calls[0] += 1
         if calls[0] == 5:
             raise KeyboardInterrupt
-        real(*a, **k)
+        measure()
 
-    monkeypatch.setattr(runner.arms, "measure", interrupted)
-    report = _report(runner)
+    report = _report(_hooked(runner, interrupted))
     st = report.stopping
     assert st is not None and (st.reason, st.rounds) == ("interrupted", 2)
     assert report.settings.round_order == ("base", "spec", "spec", "base")
@@ -150,14 +171,13 @@ def test_progress_names_round_arm_level_interval_and_time(
     lines: list[str] = []
     seen: list[int] = []
     runner = _runner(_spec(2, 4), _flat, monkeypatch, seen)
-    real_measure = runner.arms.measure
 
-    def measure(arm: str, url: str, data: Any, reqs: Any, **k: Any) -> None:
+    def ticking(arm: str, measure: Callable[[], None]) -> None:
         for c in runner.levels:
             runner._tick(f"{arm} c={c}")
-        real_measure(arm, url, data, reqs, **k)
+        measure()
 
-    monkeypatch.setattr(runner.arms, "measure", measure)
+    _hooked(runner, ticking)
     runner.progress = lambda what, done, total: lines.append(what)
     raw = runner.run()
     # the stubs bypass launches and levels: the probes on the baseline remain

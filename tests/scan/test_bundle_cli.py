@@ -13,10 +13,15 @@ from typing import Any
 
 import pytest
 
+from specbundle.cli import scan as scan_command
+from specbundle.cli._errors import exit_code_for
+from specbundle.errors import ScanError
 from specbundle.mirror import Mirror
 from specbundle.pull import pull_bundle
 from specbundle.record import BundleRecord
 from specbundle.scan import (
+    CHECKS,
+    CheckContext,
     ScanOptions,
     ScanReport,
     Severity,
@@ -26,6 +31,7 @@ from specbundle.scan import (
     scan_tree,
     to_sarif,
 )
+from specbundle.scan.findings import CheckOutcome
 from specbundle.scan.inventory import walk_tree
 from specbundle.scan.names.check import FilesCheck
 from specbundle.scan.pickles.second_opinion import (
@@ -203,19 +209,25 @@ def test_cli_list_rules(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and json.loads(out) == all_rules()
 
 
-def test_cli_crashed_check_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    # Fault injection: a check that raises must yield exit 1 and a report that is not clean.
-    def boom(self: FilesCheck, ctx: object) -> None:
+class _CrashingFilesCheck(FilesCheck):
+    """A files check plug-in with a bug: it raises on any input."""
+
+    def run(self, ctx: CheckContext) -> CheckOutcome:
         raise RuntimeError("scanner bug")
 
-    monkeypatch.setattr(FilesCheck, "run", boom)
+
+def test_cli_crashed_check_exits_1(tmp_path: Path) -> None:
+    # Fault injection: a check that raises must yield exit 1 and a report that is not clean.
+    checks = tuple(_CrashingFilesCheck() if isinstance(c, FilesCheck) else c for c in CHECKS)
     d = tmp_path / "m"
     d.mkdir()
-    rep = scan_tree(d, options=FAST)
+    rep = scan_tree(d, options=FAST, checks=checks)
     assert rep.crashed_checks == ("files",) and rep.blocked
     assert [f.check_id for f in rep.findings] == ["scan.check-crashed"]
-    code, _ = _cli(["scan", "--path", str(d), "--no-second-opinions"], capsys)
+    # what the CLI makes of that report (its checks are the built-in ones): exit 1
+    with pytest.raises(ScanError) as err:
+        scan_command._exit(rep, Severity.HIGH)
+    code = exit_code_for(err.value)
     assert code == 1
 
 

@@ -22,6 +22,7 @@ from specbundle.scan import ScanReport, Severity, scan_tree, to_sarif
 from specbundle.scan.formats.gguf_reader import StringArray, read_gguf
 from tests.scan import corpus, zipcraft
 from tests.scan.conftest import FAST
+from tests.scan.pickles.builds import use_build
 from tests.scan.test_robustness import _mutate
 
 ROUNDS = 150
@@ -207,10 +208,9 @@ def test_walker_hot_loop_agrees_with_its_reference_semantics(
     import io
     import pickle
 
-    from specbundle.scan.pickles import walker as pickle_walker
     from specbundle.scan.pickles.walker import TORCH_ALLOWED, walk_pickle
 
-    monkeypatch.setattr(pickle_walker, "_LOOP", loop)
+    use_build(loop, monkeypatch)
 
     rng = random.Random(23)
     objs: list[object] = [{"a": [1, 2.5, "x", b"y", None, True, (1, 2)], "b": {1, 2}},

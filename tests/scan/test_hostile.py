@@ -254,10 +254,10 @@ def test_duplicate_key_config(tmp_path: Path) -> None:
 
 
 # -- 7. hard caps end in a finding --------------------------------------------------------------
-def test_gguf_array_over_the_cap(scan_one: Scan, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gguf_reader, "MAX_ARRAY_ELEMENTS", 4)
-    big = corpus.gguf_raw([_arch(), ("tokenizer.ggml.tokens", _ARR, _strings(*"abcdef"))], [],
-                          b"")
+def test_gguf_array_over_the_cap(scan_one: Scan) -> None:
+    n = gguf_reader.MAX_ARRAY_ELEMENTS + 1  # one past the real cap: 4 M tokens, a 38 MB file
+    tokens = struct.pack("<IQ", _STR, n) + _s("a") * n  # _strings("a", "a", ...), built fast
+    big = corpus.gguf_raw([_arch(), ("tokenizer.ggml.tokens", _ARR, tokens)], [], b"")
     rep = scan_one("model.gguf", big)
     [f] = [f for f in rep.findings if f.check_id == "gguf.too-large"]
     assert f.severity is Severity.HIGH and "too large to analyse" in f.message

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from specbundle.scan import scan_tree
+from specbundle.scan import Severity, scan_tree
 from specbundle.spec import SpecMethod
 from tests.scan import corpus
 from tests.scan.conftest import FAST, ids
+from tests.scan.unreadable import unreadable
 
 
 def _seeds(work: Path) -> dict[str, bytes]:
@@ -88,3 +89,24 @@ def test_npy_header_that_does_not_tokenize(tmp_path: Path) -> None:
     (tmp_path / "x.npy").write_bytes(b"\x93NUMPY\x01\x00\x10\x00{'descr': '|O',\n")
     rep = scan_tree(tmp_path, allow_pickle=True, options=FAST)
     assert "pickle.malformed" in ids(rep) and rep.crashed_checks == ()
+
+
+def test_an_unreadable_file_is_a_finding_never_a_crash(tmp_path: Path) -> None:
+    """Every kind of file, unreadable in turn in the target or the draft: the files check
+    reports it (HIGH) and no check crashes on it."""
+    target = corpus.hf_model(tmp_path / "target")
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    for name, data in _seeds(tmp_path).items():
+        (draft / name).write_bytes(data)
+    (draft / "chat_template.jinja").write_text("{{ messages[0].content }}")
+    for f in target.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens")):
+            (draft / f.name).write_bytes(f.read_bytes())
+    files = sorted(p for d in (target, draft) for p in d.iterdir() if p.is_file())
+    for i, path in enumerate(files):
+        method = (SpecMethod.DRAFT_MODEL, SpecMethod.EAGLE3)[i % 2]
+        with unreadable(path):
+            rep = scan_tree(target, draft=draft, method=method, allow_pickle=True, options=FAST)
+        assert rep.crashed_checks == (), (path.name, [f.message for f in rep.findings])
+        assert "files.unreadable" in ids(rep, Severity.HIGH), path.name

@@ -122,7 +122,7 @@ def torch_writer_layout(members: list[Member], *, wide: bool = False) -> bytes:
     follows each member (with 32-bit sizes; ``wide``: the zip64 form torch writes past 4 GiB)
     except an empty one, which has only the UTF-8 flag and its (zero) sizes;
     the end has a zip64 end record and locator before the classic end record. Byte for byte
-    what torch 2.13 writes (tests/scan/test_real_torch.py holds it to a real file).
+    what torch 2.13 writes (tests/scan/pickles/test_real_torch.py holds it to a real file).
     """
     out = bytearray()
     cd = bytearray()

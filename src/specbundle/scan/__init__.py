@@ -147,9 +147,12 @@ def scan_bundle(
 def scan_tree(
     path: Path, *, draft: Path | None = None, method: SpecMethod | None = None,
     allow_pickle: bool = False, allow_remote_code: bool = False,
-    options: ScanOptions | None = None,
+    options: ScanOptions | None = None, checks: tuple[Check, ...] = CHECKS,
 ) -> ScanReport:
     """Scan a plain directory (and optionally a draft directory against it); stores nothing.
+
+    ``checks`` are the plug-ins to run (default: every built-in one, :data:`CHECKS`); a
+    library caller may add its own or, in tests, one that fails.
 
     Raises:
         UsageError: a path is not a directory.
@@ -162,7 +165,7 @@ def scan_tree(
     trees = [replace(walk_tree(p, r), allow_pickle=allow_pickle,
                      allow_remote_code=allow_remote_code) for p, r in roots]
     return run_checks(tuple(trees), subject=str(path.resolve()), method=method,
-                      options=options or ScanOptions())
+                      options=options or ScanOptions(), checks=checks)
 
 
 def load_report(mirror: Mirror, name: str) -> ScanReport | None:

@@ -83,6 +83,12 @@ class CheckContext:
         why: str | None = self.memo.get(("sniff-error", path))
         return why
 
+    def readable(self, path: Path) -> bool:
+        """Whether ``path`` could be read when sniffed. A check skips a file that could not:
+        the files check reports it (HIGH), so it is never silently clean nor a crash."""
+        self.kind(path)
+        return self.unreadable(path) is None
+
     def _sniff(self, path: Path) -> FileKind:
         try:
             return sniff(path)

@@ -73,6 +73,8 @@ def draft_kind(cfg: dict[str, Any]) -> str:
 def _headers(ctx: CheckContext, tree: ArtifactTree) -> dict[str, tuple[TreeFile, StHeader]]:
     out: dict[str, tuple[TreeFile, StHeader]] = {}
     for f in tree.matching(".safetensors"):
+        if not ctx.readable(f.path):
+            continue  # the files check reports it
         hdr = ctx.cached("safetensors", f.path,
                          lambda p: read_header(p, ctx.options.max_safetensors_header))
         if not hdr.problems:

@@ -92,7 +92,13 @@ def compare_tokenizers(target: ArtifactTree, draft: ArtifactTree, *,
                       f"cannot verify the tokenizer: {big[0][1]} of the {big[0][0]} is larger "
                       f"than {MAX_TOKENIZER_FILE} bytes (too large to compare)", big[0][1])
         return
-    dt, dd = _digests(target), _digests(draft)
+    try:
+        dt, dd = _digests(target), _digests(draft)
+    except OSError as err:
+        yield finding("compat.tokenizer-mismatch", Severity.HIGH,
+                      f"cannot verify the tokenizer: a tokenizer file cannot be read: "
+                      f"{err.strerror or err}", None)
+        return
     if not dd or not dt:
         yield finding("compat.tokenizer-mismatch", Severity.HIGH,
                       "cannot verify the tokenizer: no tokenizer files in "

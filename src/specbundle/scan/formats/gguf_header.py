@@ -419,7 +419,8 @@ class GGUFCheck(Check):
                                    "gguf_file named in the spec is not mirrored",
                                    tree.gguf_file).with_role(tree.role))
             for f in tree.files:
-                if not (f.rel.endswith(".gguf") or ctx.kind(f.path) is FileKind.GGUF):
+                if not (f.rel.endswith(".gguf") or ctx.kind(f.path) is FileKind.GGUF) \
+                        or not ctx.readable(f.path):
                     continue
                 try:
                     h = ctx.cached("gguf", f.path, read_gguf)
@@ -433,7 +434,10 @@ class GGUFCheck(Check):
 
 
 def load_gguf(ctx: CheckContext, path: Path) -> GGUFHeader | None:
-    """The cached header, or None when it is malformed (the GGUF check reports that)."""
+    """The cached header, or None when it is malformed or unreadable (the GGUF and files
+    checks report those)."""
+    if not ctx.readable(path):
+        return None
     try:
         header: GGUFHeader = ctx.cached("gguf", path, read_gguf)
     except GGUFFormatError:

@@ -362,7 +362,8 @@ class SafetensorsCheck(Check):
         for tree in ctx.trees:
             headers: dict[str, StHeader] = {}
             for f in tree.files:
-                if f.rel.endswith(".safetensors") or ctx.kind(f.path) is FileKind.SAFETENSORS:
+                if (f.rel.endswith(".safetensors") or ctx.kind(f.path) is FileKind.SAFETENSORS) \
+                        and ctx.readable(f.path):
                     hdr = ctx.cached("safetensors", f.path, lambda p: read_header(
                         p, ctx.options.max_safetensors_header))
                     headers[f.rel] = hdr

@@ -66,9 +66,9 @@ _QSCHEMES = ("per_tensor_affine", "per_channel_affine", "per_channel_affine_floa
              "per_tensor_symmetric", "per_channel_symmetric")
 
 # What real torch.save output references (checked against torch 2.13's own writer; see
-# tests/scan/test_real_torch.py), a subset of torch.load(weights_only=True)'s list: data-only
-# reconstructors and constants. Everything else is blocked, whatever it is. Which of these may
-# be *called*, and with what, is narrowed further by semantics' call rules (a storage
+# tests/scan/pickles/test_real_torch.py), a subset of torch.load(weights_only=True)'s list:
+# data-only reconstructors and constants. Everything else is blocked, whatever it is. Which of
+# these may be *called*, and with what, is narrowed further by semantics' call rules (a storage
 # class or torch.Tensor is an operand, never a callee; _codecs.encode only decodes latin-1).
 TORCH_ALLOWED: frozenset[str] = frozenset(
     {
@@ -117,7 +117,8 @@ NUMPY_ALLOWED: frozenset[str] = frozenset(
 _MAX_STACK = 1_000_000
 _MAX_MEMO = 4_000_000
 _MAX_OPS = 16_000_000  # ~50 MB of small opcodes, seconds to walk; beyond: too large to analyse
-# The hot loop: its mypyc-compiled twin when the build made one from the current source.
+# The hot loop: its mypyc-compiled twin when the build made one from the current source (the
+# pure loop whenever SPECBUNDLE_PURE_PYTHON is set, read at each walk).
 _LOOP = _native.twin(pickle_loop)
 NATIVE: bool = _LOOP is not pickle_loop
 
@@ -161,8 +162,9 @@ def walk_pickle(stream: IO[bytes], allowed: frozenset[str], *, max_bytes: int) -
     complete = False
     root: object = None
     buf = _Buffer(stream, max_bytes)
+    loop = pickle_loop if _native.pure_forced() else _LOOP
     try:
-        complete, root = _LOOP.run(st, buf, (_MAX_STACK, _MAX_MEMO, _MAX_OPS))
+        complete, root = loop.run(st, buf, (_MAX_STACK, _MAX_MEMO, _MAX_OPS))
     except BudgetExceeded:
         st.problems.append(PickleProblem(
             "pickle.budget", f"pickle too large to analyse (over the {max_bytes}-byte budget)",

@@ -11,7 +11,7 @@ entries that tile the file from byte 0 with nothing before, between or overlappi
 two names equal ignoring case, stored or deflated members only, no encryption. Anything else
 raises :class:`ZipAmbiguity`; nothing is ever extracted except on request, within a budget.
 
-Checked against torch 2.13's reader with a harmless payload (tests/scan/test_real_torch.py):
+Checked against torch 2.13's reader with a harmless payload (tests/scan/pickles/test_real_torch.py):
 it ran a pickle zipfile did not see for a prepended twin archive, a duplicate name (torch takes
 the first, zipfile the last), names equal ignoring case (torch's lookup ignores case), an end
 record counting fewer entries than the directory holds, and a zip64 record zipfile does not

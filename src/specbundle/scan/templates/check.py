@@ -228,6 +228,8 @@ class TemplateCheck(Check):
                 for name, tpl in _config_templates(load_config(ctx, f).views):
                     yield f.rel, name, tpl
             elif p.suffix.lower() in _TEMPLATE_SUFFIXES:
+                if not ctx.readable(f.path):
+                    continue  # the files check reports it
                 name = "default" if p.name == "chat_template.jinja" else p.stem
                 if f.size > ctx.options.max_template_bytes:
                     yield f.rel, name, _Oversize(f.size, hash_file(f.path))

@@ -3,7 +3,7 @@ trial render (:mod:`.render`) on the values it actually meets.
 
 A template that renders one prompt in transformers/vLLM and another in llama-server can show a
 hidden instruction to one engine only. Each rule here was confirmed on llama-server
-(tests/scan/test_template_engines.py, tests/scan/test_redteam3_templates.py): string
+(tests/scan/templates/test_template_engines.py and test_redteam3_templates.py): string
 operations on non-ASCII text (bytes there, code points here), Unicode case and blanks,
 ``split()`` without a separator, float text, ``|int`` parsing, integers past 2**53, ``~`` of
 none or a container, case-folding sorts, and objects that are dicts or lists there
@@ -24,7 +24,7 @@ __all__ = ["CASE_FOLDING", "EXACT", "INT64", "Differs", "is_number", "plain_test
 
 class Differs(Exception):
     """The render did something llama.cpp's engine evaluates differently (checked on
-    llama-server: tests/scan/test_template_engines.py)."""
+    llama-server: tests/scan/templates/test_template_engines.py)."""
 
 
 INT64 = 1 << 63
@@ -70,7 +70,7 @@ def _ascii_case(s: str, upper: bool) -> str:
 def same_text_op(name: str, s: str, out: Any, args: tuple[Any, ...]) -> None:
     """A string operation llama.cpp's engine runs on bytes, ASCII case and ASCII blanks: a
     result that differs from Python's (code points, Unicode case and blanks) is a
-    differential (checked on llama-server: tests/scan/test_redteam3_templates.py)."""
+    differential (checked on llama-server: tests/scan/templates/test_redteam3_templates.py)."""
     if name in ("length", "count", "getitem") and not s.isascii():
         raise Differs(f"{name} of a non-ASCII string (code points in Jinja, bytes in "
                       "llama.cpp's engine)")

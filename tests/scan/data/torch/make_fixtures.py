@@ -1,4 +1,4 @@
-"""Regenerate the real-torch fixtures of tests/scan/test_real_torch.py (needs torch; the tests
+"""Regenerate the real-torch fixtures of tests/scan/pickles/test_real_torch.py (needs torch; the tests
 do not). Run from this folder: ``python make_fixtures.py`` (made with torch 2.13.0+cpu)."""
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from specbundle import _native
+from tests.scan.pickles.builds import use_build
 
 
 def _package(tmp_path: Path, name: str, source: str, twin_digest: str | None) -> None:
@@ -97,7 +98,7 @@ def test_walker_results_do_not_depend_on_the_build(monkeypatch: pytest.MonkeyPat
     clean = pickle.dumps({f"k{i}": [i, float(i), None] for i in range(3000)}, protocol=4)
     results = []
     for loop in (pickle_loop, pickle_walker._LOOP):
-        monkeypatch.setattr(pickle_walker, "_LOOP", loop)
+        use_build(loop, monkeypatch)
         results.append([pickle_walker.walk_pickle(io.BytesIO(d), pickle_walker.TORCH_ALLOWED,
                                                   max_bytes=1 << 24) for d in (hostile, clean)])
     for walks in results:
@@ -105,3 +106,4 @@ def test_walker_results_do_not_depend_on_the_build(monkeypatch: pytest.MonkeyPat
         assert not walks[1].blocked and walks[1].complete
     assert all(r == results[0] for r in results)
     assert sys.modules["specbundle.scan.pickles.loop"] is pickle_loop
+

@@ -20,7 +20,7 @@ from specbundle.scan.templates.check import analyse_template
 from specbundle.scan.templates.render import TrialEnvironment
 from tests.scan.conftest import FAST, ids
 
-CORPUS = Path(__file__).parent / "templates"
+CORPUS = Path(__file__).parent  # the real templates live beside these tests
 TEMPLATES = sorted(CORPUS.glob("*.jinja"))
 
 

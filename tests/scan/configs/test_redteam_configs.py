@@ -19,12 +19,11 @@ from pathlib import Path
 import pytest
 
 from specbundle.scan import ScanReport, Severity, scan_tree
-from specbundle.scan import interface as scan_interface
-from specbundle.scan import inventory as scan_inventory
 from specbundle.scan.names.check import name_problem
 from specbundle.spec import SpecMethod
 from tests.scan import corpus
 from tests.scan.conftest import FAST, ids
+from tests.scan.unreadable import unreadable
 
 Scan = Callable[..., ScanReport]
 _XREPO = {"AutoModel": "evil/repo--modeling_x.Evil"}
@@ -297,32 +296,18 @@ def test_deep_folder_chain_is_a_finding_not_a_crash(tmp_path: Path) -> None:
     assert "remote-code.cross-repo" in ids(scan_tree(twin, options=FAST))
 
 
-def test_unlistable_folder_is_a_finding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unlistable_folder_is_a_finding(tmp_path: Path) -> None:
     _tree(tmp_path, {"config.json": "{}", "secret/config.json": "{}"})
-    real = os.scandir
-
-    def scandir(path: str) -> object:
-        if path.endswith("secret"):
-            raise PermissionError(13, "Permission denied", path)
-        return real(path)
-
-    monkeypatch.setattr(scan_inventory.os, "scandir", scandir)
-    rep = scan_tree(tmp_path, options=FAST)
+    with unreadable(tmp_path / "secret"):
+        rep = scan_tree(tmp_path, options=FAST)
     assert [f.file for f in rep.findings if f.check_id == "files.unreadable"] == ["secret"]
     assert rep.blocked
 
 
-def test_unreadable_file_is_a_finding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreadable_file_is_a_finding(tmp_path: Path) -> None:
     _tree(tmp_path, {"config.json": "{}", "model.safetensors": b"x" * 16})
-    real = scan_interface.sniff
-
-    def sniff(path: Path) -> object:
-        if path.name == "model.safetensors":
-            raise PermissionError(13, "Permission denied", str(path))
-        return real(path)
-
-    monkeypatch.setattr(scan_interface, "sniff", sniff)
-    rep = scan_tree(tmp_path, options=FAST)
+    with unreadable(tmp_path / "model.safetensors"):
+        rep = scan_tree(tmp_path, options=FAST)
     assert "files.unreadable" in ids(rep, Severity.HIGH) and not rep.crashed_checks
 
 

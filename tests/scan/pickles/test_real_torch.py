@@ -21,7 +21,7 @@ from specbundle.scan import ScanReport, Severity, scan_tree
 from tests.scan import corpus, zipcraft
 from tests.scan.conftest import FAST, ids
 
-DATA = Path(__file__).parent / "data" / "torch"
+DATA = Path(__file__).parent.parent / "data" / "torch"
 CLEAN = sorted(p.name for p in DATA.iterdir()
                if p.suffix in (".pt", ".bin") and p.name not in ("whole_module.pt",
                                                                  "uint16_legacy.pt"))

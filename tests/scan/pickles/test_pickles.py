@@ -180,16 +180,16 @@ def test_build_on_a_global_is_not_allowed(scan_one: Scan) -> None:
     assert "pickle.opcode-not-allowed" in ids(rep)
 
 
-def test_stack_limit_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stack_limit_is_enforced() -> None:
     import io
 
     from specbundle.scan.pickles import ops as pickle_ops
     from specbundle.scan.pickles import walker as pickle_walker
 
     # the hot loop checks its limits once per window of bytes: a stack past the limit is
-    # reported within one window
-    monkeypatch.setattr(pickle_walker, "_MAX_STACK", 1000)
-    walk = walk_pickle(io.BytesIO(b"\x80\x02" + b"N" * (pickle_ops._WINDOW + 1100) + b"."),
+    # reported within one window (a real stack past the real limit: ~1 MB of NONEs, < 1 s)
+    pushes = pickle_walker._MAX_STACK + pickle_ops._WINDOW + 100
+    walk = walk_pickle(io.BytesIO(b"\x80\x02" + b"N" * pushes + b"."),
                        TORCH_ALLOWED, max_bytes=1 << 30)
     assert [p.check_id for p in walk.problems] == ["pickle.budget"]
 

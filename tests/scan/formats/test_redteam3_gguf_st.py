@@ -107,22 +107,30 @@ def test_valid_unicode_strings_pass(scan_one: Scan) -> None:
     assert _clean(scan_one("model.gguf", _gguf(kv))), _msgs(scan_one("model.gguf", _gguf(kv)))
 
 
-def test_string_array_scan_across_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunk edges inside a length prefix or a multi-byte character change nothing."""
-    monkeypatch.setattr(gguf_reader, "_CHUNK", 7)
+def test_string_array_scan_across_chunks(tmp_path: Path) -> None:
+    """Chunk edges inside a length prefix or a multi-byte character change nothing.
+
+    A filler token first puts the reader's real chunk edge (1 MiB into the array) on each byte
+    of the element that matters in turn, its length prefix included."""
+    edge = gguf_reader._CHUNK
     toks = [("é😀" * (i % 5) + "a" * (i % 3)).encode() for i in range(200)]
 
-    def flaws(items: list[bytes]) -> tuple[bool, bool]:
-        path = tmp_path / "m.gguf"
-        path.write_bytes(_gguf([_tokens(*items)]))
-        h = gguf_reader.read_gguf(path)
-        return "tokenizer.ggml.tokens" in h.nul_values, "tokenizer.ggml.tokens" in \
-            h.not_utf8_values
+    def flaws(items: list[bytes], i: int) -> set[tuple[bool, bool]]:
+        """What the reader finds with the chunk edge on each byte of ``items[i]``."""
+        start = sum(8 + len(t) for t in items[:i])
+        seen = set()
+        for k in range(start, start + 8 + len(items[i]) + 1):
+            path = tmp_path / "m.gguf"
+            path.write_bytes(_gguf([_tokens(b"a" * (edge - 8 - k), *items)]))
+            h = gguf_reader.read_gguf(path)
+            seen.add(("tokenizer.ggml.tokens" in h.nul_values,
+                      "tokenizer.ggml.tokens" in h.not_utf8_values))
+        return seen
 
-    assert flaws(toks) == (False, False)
-    assert flaws([*toks, b"a\x00"]) == (True, False)
-    assert flaws([*toks[:100], b"\xf0\x9f\x98", *toks[100:]]) == (False, True)
-    assert flaws([b"\x00\xff", *toks]) == (True, True)
+    assert flaws(toks, 4) == {(False, False)}  # "é😀" * 4 + "a": 2- and 4-byte characters
+    assert flaws([*toks, b"a\x00"], 200) == {(True, False)}
+    assert flaws([*toks[:100], b"\xf0\x9f\x98", *toks[100:]], 100) == {(False, True)}
+    assert flaws([b"\x00\xff", *toks], 0) == {(True, True)}
 
 
 # -- 1. BOOL bytes and non-finite hyperparameters ------------------------------------------------

@@ -17,8 +17,8 @@ import pytest
 
 from specbundle.scan.findings import Severity
 from specbundle.scan.templates.check import analyse_template
-from tests.scan.test_template_engines import MESSAGES, _llama_render, jinja_render
-from tests.scan.test_template_engines import tiny_gguf as tiny_gguf
+from tests.scan.templates.test_template_engines import MESSAGES, _llama_render, jinja_render
+from tests.scan.templates.test_template_engines import tiny_gguf as tiny_gguf
 
 HIDE = "{%% if messages|length > 99 %%}%s{%% endif %%}"
 PAD = "{# " + "x" * 70_000 + " #}"

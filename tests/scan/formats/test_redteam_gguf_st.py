@@ -37,12 +37,13 @@ def _gguf(kv: list[tuple[bytes | str, int, bytes]],
           data: bytes = b"", *, alignment: int = 32, version: int = 3,
           pad: bytes = b"\x00") -> bytes:
     """A GGUF by hand, names as raw bytes allowed; ``pad`` fills the header padding."""
-    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kv))
+    parts = [b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kv))]
     for key, vt, val in kv:
-        out += _s(key) + struct.pack("<I", vt) + val
+        parts.append(_s(key) + struct.pack("<I", vt) + val)
     for name, dims, t, off in tensors:
-        out += _s(name) + struct.pack("<I", len(dims)) + b"".join(
-            struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", t, off)
+        parts.append(_s(name) + struct.pack("<I", len(dims)) + b"".join(
+            struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", t, off))
+    out = b"".join(parts)  # joined once: a header of 10^5 tensors stays linear to build
     n = -len(out) % alignment
     return out + (pad * n)[:n] + data
 
@@ -254,20 +255,21 @@ def test_huge_strings_are_bounded_in_the_report(scan_one: Scan) -> None:
 
 
 # -- 7. hard caps end in a HIGH 'too large to analyse' -------------------------------------------
-def test_tensor_count_cap(scan_one: Scan, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gguf_reader, "MAX_TENSORS", 2)
-    tensors = [(f"t{i}", (16,), 1, 32 * i) for i in range(3)]
-    rep = scan_one("model.gguf", _gguf([_ARCH], tensors, b"\x00" * 96))
+def test_tensor_count_cap(scan_one: Scan) -> None:
+    n = gguf_reader.MAX_TENSORS + 1  # one past the real cap: a ~10 MB file
+    tensors = [(f"t{i}", (16,), 1, 32 * i) for i in range(n)]
+    rep = scan_one("model.gguf", _gguf([_ARCH], tensors, b"\x00" * 32 * n))
     assert "gguf.too-large" in ids(rep, Severity.HIGH) and rep.blocked
     assert any("too large to analyse" in f.message for f in rep.findings)
 
 
-def test_string_value_cap(scan_one: Scan, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gguf_reader, "MAX_STRING_BYTES", 1000)
-    rep = scan_one("model.gguf", _gguf([_ARCH, _tpl("x" * 1001)]))
+def test_string_value_cap(scan_one: Scan) -> None:
+    cap = gguf_reader.MAX_STRING_BYTES  # the real cap: 32 MB of string values in all
+    rep = scan_one("model.gguf", _gguf([_ARCH, _tpl("x" * (cap + 1))]))
     [f] = [f for f in rep.findings if f.check_id == "gguf.too-large"]
     assert f.severity is Severity.HIGH and "too large to analyse" in f.message
-    assert _clean(scan_one("model.gguf", _gguf([_ARCH, ("general.name", _STR, _s("x" * 990))])))
+    assert _clean(scan_one("model.gguf", _gguf([_ARCH, ("general.name", _STR,
+                                                        _s("x" * (cap - 10)))])))
 
 
 def test_metadata_throughput(tmp_path: Path) -> None:
