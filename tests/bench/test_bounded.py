@@ -232,8 +232,9 @@ def test_phase_clock_counts_a_launch_start_and_stop() -> None:
 
 def test_a_settled_alpha_below_c_stops_the_rounds_and_rejects(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """α ≤ c settled (the api's check, here a stand-in) ends the rounds at the first look
-    however noisy the ratio; the report rejects and says why, never inconclusive."""
+    """A settled rejection (the api's check, here a stand-in) ends the rounds at the first
+    whole ABBA pair, before the rule's first look (4 rounds), however noisy the ratio; the
+    report rejects and says why, never inconclusive."""
     from specbundle.bench.verdict import bench_decision
 
     seen: list[int] = []
@@ -247,12 +248,28 @@ def test_a_settled_alpha_below_c_stops_the_rounds_and_rejects(
     runner.settled = settled
     report = _report(runner)
     st = report.stopping
-    assert st is not None and (st.reason, st.rounds) == ("settled", 4) and calls == [8]
+    assert st is not None and (st.reason, st.rounds) == ("settled", 2) and calls == [4]
+    assert st.why.startswith("α ≤ c settled") and runner.looks == []
     assert any(n.startswith("α ≤ c settled") for n in report.notes)
     gate = evaluate(report, runner.spec.admission)
     crit = next(c for c in gate.criteria if c.name == "throughput_ratio")
     assert crit.measured == "settled" and not gate.inconclusive
-    assert bench_decision(report)[0] == "REJECTED"
+    assert "α ≤ c settled at concurrency 1" in crit.detail
+    word, why = bench_decision(report)
+    assert word == "REJECTED" and "α 0.100" in why, why
+
+
+def test_an_unsettled_decision_is_asked_after_every_pair_and_runs_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check runs after each whole ABBA pair (2, 4, 6, ... rounds), never mid-pair, and a
+    decision it never settles runs to the rule's own stop."""
+    seen: list[int] = []
+    runner = _runner(_spec(4, 8), _flat, monkeypatch, seen)
+    calls: list[int] = []
+    runner.settled = lambda raw: calls.append(len(raw.round_order) // 2) or None
+    st = _report(runner).stopping
+    assert st is not None and st.reason != "settled" and st.why == ""
+    assert calls == list(range(2, st.rounds + 1, 2)), (calls, st.rounds)
 
 
 @pytest.mark.parametrize("reason", ["time_budget", "interrupted"])

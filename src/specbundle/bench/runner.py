@@ -68,7 +68,7 @@ __all__ = [
 Progress = Callable[[str, int, int], None]
 #: Starts one arm ("base", "spec" or "draft": the draft served alone) and yields its URL.
 Launcher = Callable[[str], AbstractContextManager[str]]
-#: At a look, the runs so far -> why α ≤ c is settled (stop and reject), else None.
+#: After each whole ABBA pair, the runs so far -> why rejection is settled, else None.
 Settled = Callable[["RawRun"], str | None]
 #: Before a draft probe, the runs so far and a level -> why c is settled there, else None.
 CSettled = Callable[["RawRun", int], str | None]
@@ -199,6 +199,7 @@ class _Runner:
         self.t0 = time.monotonic()
         self.round = 0
         self.status = ""  # the P95 ratio's current repeated CI, for progress lines
+        self.why = ""  # why the decision was settled, when it ended the rounds
         self.mark: Mark | None = None  # the data after the last whole arm launch
         self.clock = PhaseClock()  # seconds per phase of the rounds (where the time goes)
         self.ties: list[TieProbe] = []  # the target's margins at speculation's divergences
@@ -330,13 +331,16 @@ class _Runner:
                 if look.ci is not None:
                     self.status = (f"P95 ratio {look.ci.ratio:.2f} [{look.ci.low:.2f}, "
                                    f"{look.ci.high:.2f}] vs {self.target:.2f}")
+            # after every whole ABBA pair, not only at the looks: a settled decision (α ≤ c,
+            # or no draft length can pay at c's lower bound) ends the rounds as a rejection
+            if self.settled is not None and r and r % 2 == 0 and (why := self.settled(
+                    self._raw(reqs, base, spec, draft, probe, order))):
+                self.notes.append(why)
+                self.why = why
+                return "settled"
+            if look is not None:
                 if look.stop is not None:
                     return look.stop
-                why = self.settled(self._raw(reqs, base, spec, draft, probe, order)) \
-                    if self.settled is not None else None
-                if why:  # α ≤ c settled: no draft length pays, whatever the ratio's noise
-                    self.notes.append(why)
-                    return "settled"
                 pair_s = (time.monotonic() - self.t0) / r * 2
                 if time.monotonic() - self.t0 + pair_s > self.budget:
                     return "time_budget"
@@ -408,7 +412,7 @@ class _Runner:
                   elapsed: float) -> Stopping:
         return stopping(self.plan, self._p95_ci(base, spec), target=self.target,
                         reason=reason, rounds=rounds, budget=self.budget, elapsed=elapsed,
-                        notes=self.notes)
+                        notes=self.notes, why=self.why)
 
     def _warm(self, url: str, model: str) -> None:
         """Held-out warm-up requests on a fresh launch (not counted)."""
