@@ -251,11 +251,11 @@ def _c_trust(f: Figures) -> str | None:
 
 
 def _stopping(f: Figures) -> str | None:
-    if f.stop_outcome != "inconclusive" or f.stop_rounds is None or f.stop_threshold is None:
-        return None
-    if f.stop_reason == "settled":  # settled after a whole ABBA pair, look or not
+    if f.stop_reason == "settled":  # after a whole ABBA pair, look or not; CI below or not
         return (f"the rounds stopped after {f.stop_rounds} with the rejection settled: "
                 + (f.stop_why or "α is at or below the draft cost c: no draft length can pay"))
+    if f.stop_outcome != "inconclusive" or f.stop_rounds is None or f.stop_threshold is None:
+        return None
     if f.stop_reason == "futile":
         return (f"the sequential rule stopped for futility after {f.stop_rounds} rounds: even "
                 f"the top of the CI could not clear the admission threshold "
