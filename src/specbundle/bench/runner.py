@@ -11,9 +11,10 @@ baseline): c is then a per-round ratio against that round's baseline, so a busy 
 load hits both sides of c alike instead of one quiet moment deciding it.
 
 Rounds are sequential: after the spec's ``rounds`` (whole ABBA pairs), pairs are added while
-the P95 ratio CI still contains the threshold, until ``max_rounds``, futility or the time
-budget. The looks are planned up front (:class:`stats.LookPlan`) and each uses a repeated CI
-at the per-look confidence, so stopping at the first clear look keeps the nominal error rate.
+the P95 ratio CI still contains the threshold, until ``max_rounds``, futility, a settled
+rejection (asked after every pair) or the budget. The looks are planned up front
+(:class:`stats.LookPlan`), each a repeated CI at the per-look confidence, so stopping at the
+first clear look keeps the nominal error rate.
 The time budget (:func:`budget.default_time_budget`) is checked before every level, not only at
 looks, and an interrupt (SIGINT, or SIGTERM as the CLI maps it) ends the rounds the same
 way: the arm launch under way is dropped and the report carries every whole launch so far.
