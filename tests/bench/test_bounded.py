@@ -155,7 +155,9 @@ def test_futility_at_a_look_rejects_and_is_not_inconclusive(
     report = _report(_runner(spec, lambda arm, r: 100.0 + 3 * ((r + (arm == "spec")) % 2),
                              monkeypatch, seen))
     st = report.stopping
-    assert st is not None and seen == [4] and st.reason == "futile"
+    # a pure launch-order effect (the second launch of each round 3 % faster): the rule's
+    # paired CI sees it in every round's ratio, so futility comes at the second look
+    assert st is not None and seen == [4, 6] and st.reason == "futile"
     gate = evaluate(report, spec.admission)
     crit = next(c for c in gate.criteria if c.name == "throughput_ratio")
     assert crit.measured == "futile" and not gate.inconclusive

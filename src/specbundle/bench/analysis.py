@@ -221,7 +221,7 @@ def analyse_levels(raw: RawRun, inp: AnalysisInputs) -> tuple[LevelResult, ...]:
         needed = None
         tb, ts = base.round_output_throughput, spec.round_output_throughput
         if len(tb) >= 2 and len(ts) >= 2 and min(tb + ts) > 0:
-            ratio = stats.welch_ratio_ci(tb, ts, confidence=rc)
+            ratio = stats.abba_ratio_ci(tb, ts, confidence=rc)  # as the rule (LookPlan)
             needed = stats.rounds_needed(ratio.ratio, ratio.log_sd, inp.min_ratio_lower_bound,
                                          confidence=rc)
             if len(tb) >= 3 and len(ts) >= 3:
@@ -442,7 +442,7 @@ def decision_settled(raw: RawRun, c: int, confidence: float, *, target: float, k
     vc = verify_cost(raw.base.verify.get(c, []), confidence=confidence)
     if not require_alpha_above_c and (vc is None or vc.samples < 3):
         return None  # neither the spec nor a measured v puts the decision in the model's hands
-    ratio = stats.welch_ratio_ci(tb, ts, confidence=confidence).ratio
+    ratio = stats.abba_ratio_ci(tb, ts, confidence=confidence).ratio
     best, v_said = _best_at_bounds(raw, c, alpha, ci.low, confidence, k)
     if best >= target or ratio >= target:
         return None

@@ -188,7 +188,7 @@ class _Runner:
         self.max_rounds = max(self.rounds, opts.max_rounds or b.max_rounds
                               or min(64, 3 * self.rounds))
         self.target = opts.target_ratio or spec.admission.min_throughput_ratio_lower_bound
-        self.plan = stats.LookPlan(self.rounds, self.max_rounds, opts.confidence)
+        self.plan = stats.LookPlan(self.rounds, self.max_rounds, opts.confidence, paired=True)
         self.per_round = (3 if self._has_draft() else 2) * len(self.levels)
         # The draft alone runs beside the baseline server (llama-server holds only its own
         # model; servers given by URL already run side by side), so c's pairs can alternate
