@@ -289,3 +289,19 @@ def test_a_run_cut_short_is_never_a_pass_even_when_its_ci_clears(reason: str) ->
     resolved = stopping(plan, ci, target=1.05, reason="resolved", rounds=6, budget=60.0,
                         elapsed=30.0, notes=[])
     assert resolved.outcome == "above"
+
+
+def test_a_warm_up_is_two_draft_verify_cycles_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every launch warms up; past two draft-verify cycles (2·(K + 1) tokens, K = 4 here) the
+    decode steps only repeat themselves, so the warm-up stops there (issue 24: round cost)."""
+    from specbundle.bench.client import LevelRun
+
+    spec = _spec(4)
+    spec = spec.model_copy(update={"bench": spec.bench.model_copy(
+        update={"max_tokens": 64, "warmup_requests": 2})})
+    runner = _runner(spec, _flat, monkeypatch, [])
+    sent: list[Any] = []
+    monkeypatch.setattr(runner, "_run", lambda url, model, reqs, c: sent.extend(reqs)
+                        or LevelRun(c, 1.0, ()))
+    runner._warm("http://127.0.0.1:1", "m")
+    assert [r.max_tokens for r in sent] == [10, 10] and "warmup" in runner.clock.phases

@@ -1,14 +1,12 @@
 """Run the A/B benchmark: same binary, prompts and concurrency, with and without speculation.
 
-Rounds interleave the arms in ABBA order (round r runs base then spec when r is even, spec
-then base when odd) so slow drift of the machine hits both alike. Each arm launch warms up
-on held-out prompts (not counted), then measures every concurrency level of the sweep
-(1, 2, 4, ... up to 2×P95, plus P95) with the same request list; ``/metrics`` is scraped
-right before and after each level so acceptance is a counter delta over exactly the
-measured window. In every round the draft is served alone (its own launch) at the same
-concurrencies, between the two arms (B D S, S D B, ...: always next to that round's
-baseline): c is then a per-round ratio against that round's baseline, so a busy machine's
-load hits both sides of c alike instead of one quiet moment deciding it.
+Rounds interleave the arms in ABBA order (round r runs base then spec when r is even, spec then
+base when odd) so slow drift of the machine hits both alike. Each arm launch warms up on
+held-out prompts (not counted), then measures every concurrency level of the sweep (1, 2, 4, ...
+up to 2×P95, plus P95) with the same request list; ``/metrics`` is scraped right before and
+after each level so acceptance is a counter delta over exactly the measured window. In every
+round the draft is served alone at the same concurrencies next to that round's baseline, so a
+busy machine's load hits both sides of c alike.
 
 Rounds are sequential: after the spec's ``rounds`` (whole ABBA pairs), pairs are added while
 the P95 ratio CI still contains the threshold, until ``max_rounds``, futility, a settled
@@ -416,9 +414,11 @@ class _Runner:
                         notes=self.notes, why=self.why)
 
     def _warm(self, url: str, model: str) -> None:
-        """Held-out warm-up requests on a fresh launch (not counted)."""
+        """Held-out warm-up requests on a fresh launch (not counted), two draft-verify cycles
+        long (2·(K + 1) tokens): further decode steps repeat them and add nothing (issue 24)."""
         if self.warmup:
-            warm = [CompletionRequest(p.id, p.text, self.max_tokens,
+            n = min(self.max_tokens, 2 * (self.spec.speculative.num_speculative_tokens + 1))
+            warm = [CompletionRequest(p.id, p.text, n,
                                       temperature=self.spec.speculative.temperature,
                                       extras=dict(self.adapter.request_extras()))
                     for p in (self.workload.warmup * self.warmup)[: self.warmup]]
