@@ -145,3 +145,10 @@ def test_alpha_below_c_is_settled_only_where_the_spec_requires_alpha_above_c() -
     why = decision_settled(raw, 1, 0.90, target=1.05, k=4, require_alpha_above_c=True)
     assert why is not None and why.startswith("α ≤ c settled at concurrency 1")
     assert decision_settled(raw, 1, 0.90, target=1.05, k=4, require_alpha_above_c=False) is None
+
+
+def test_too_few_of_cs_pairs_settle_alpha_below_c_neither() -> None:
+    """Asked after the first ABBA pair, an engine whose c pairs are whole rounds has two:
+    their range is no interval yet, however far below it α sits."""
+    few = _measured(_raw([14.0, 15.0], BASE[:2], accepted=200), 1.3)
+    assert decision_settled(few, 1, 0.90, target=1.05, k=4, require_alpha_above_c=True) is None

@@ -421,23 +421,26 @@ def decision_settled(raw: RawRun, c: int, confidence: float, *, target: float, k
     towards 1, never above the larger of the bound and 1: with a threshold of at least 1, a
     best bound below it means the ratio cannot clear it unless the model is wrong. It is
     used only where the model applies: α from the engine's counters, c's paired interval
-    past the sign test's minimum pairs, and either the spec requires α > c (it already
-    judges the draft by the model's c) or v was measured; and only while the measured ratio
+    past the sign test's minimum pairs (both tests), and either the spec requires α > c (it
+    already judges the draft by the model's c) or v was measured; and only while the ratio
     agrees (its point estimate below the threshold), so a pair the measurement is carrying
     over the threshold is never cut off by the model. The rule can only turn an admission
     into a rejection, so the false-admission bound of the repeated CIs is untouched; c's
     interval is read at every pair at its nominal confidence, so a false rejection needs
     the model's bound to be wrong or c's lower bound too high at one of those reads.
     """
+    ci = checks.draft_cost_ci(raw, c, confidence)
+    # c's sign-test interval holds its confidence only from 2·½ⁿ ≤ 1 − confidence on: asked
+    # after every pair (two rounds can be two of c's pairs), settle nothing on fewer
+    if ci is None or 2.0 * 0.5 ** ci.n_base > 1.0 - confidence:
+        return None
     if require_alpha_above_c and (why := alpha_c_settled(raw, c, confidence)):
         return why
-    ci = checks.draft_cost_ci(raw, c, confidence)
     alpha = acceptance(raw.engine, raw.spec.deltas.get(c, []), raw.spec.runs.get(c, []),
                        raw.spec.props).alpha
     tb = [x.output_throughput for x in raw.base.runs.get(c, [])]
     ts = [x.output_throughput for x in raw.spec.runs.get(c, [])]
-    if (ci is None or alpha is None or target < 1.0 or 2.0 * 0.5 ** ci.n_base > 1.0 - confidence
-            or len(tb) < 2 or len(ts) < 2 or min(tb + ts) <= 0):
+    if alpha is None or target < 1.0 or len(tb) < 2 or len(ts) < 2 or min(tb + ts) <= 0:
         return None
     vc = verify_cost(raw.base.verify.get(c, []), confidence=confidence)
     if not require_alpha_above_c and (vc is None or vc.samples < 3):
