@@ -294,14 +294,11 @@ def test_a_run_cut_short_is_never_a_pass_even_when_its_ci_clears(reason: str) ->
 def test_a_warm_up_is_two_draft_verify_cycles_long(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every launch warms up; past two draft-verify cycles (2·(K + 1) tokens, K = 4 here) the
     decode steps only repeat themselves, so the warm-up stops there (issue 24: round cost)."""
-    from specbundle.bench.client import LevelRun
+    def tokens(max_tokens: int) -> list[int]:
+        spec = _spec(4)
+        spec = spec.model_copy(update={"bench": spec.bench.model_copy(
+            update={"max_tokens": max_tokens, "warmup_requests": 2})})
+        return [r.max_tokens for r in _runner(spec, _flat, monkeypatch, []).warm_requests()]
 
-    spec = _spec(4)
-    spec = spec.model_copy(update={"bench": spec.bench.model_copy(
-        update={"max_tokens": 64, "warmup_requests": 2})})
-    runner = _runner(spec, _flat, monkeypatch, [])
-    sent: list[Any] = []
-    monkeypatch.setattr(runner, "_run", lambda url, model, reqs, c: sent.extend(reqs)
-                        or LevelRun(c, 1.0, ()))
-    runner._warm("http://127.0.0.1:1", "m")
-    assert [r.max_tokens for r in sent] == [10, 10] and "warmup" in runner.clock.phases
+    assert tokens(64) == [10, 10]
+    assert tokens(8) == [8, 8]  # never longer than the measured requests

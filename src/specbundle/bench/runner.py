@@ -57,10 +57,8 @@ from specbundle.errors import BenchError
 from specbundle.spec import BundleSpec
 from specbundle.strict import MalformedDocument
 
-__all__ = [
-    "ArmData", "BenchOptions", "CSettled", "Launcher", "Progress", "RawRun", "new_run_id",
-    "run_raw", "sweep_levels",
-]
+__all__ = ["ArmData", "BenchOptions", "CSettled", "Launcher", "Progress", "RawRun",
+           "new_run_id", "run_raw", "sweep_levels"]
 
 #: (what is running now, steps done so far, total steps); ``what`` names the round, the arm,
 #: the level and the P95 ratio's current repeated CI, for a log line as much as for a bar.
@@ -414,16 +412,18 @@ class _Runner:
                         notes=self.notes, why=self.why)
 
     def _warm(self, url: str, model: str) -> None:
-        """Held-out warm-up requests on a fresh launch (not counted), two draft-verify cycles
-        long (2·(K + 1) tokens): further decode steps repeat them and add nothing (issue 24)."""
+        """Held-out warm-up requests on a fresh launch (not counted)."""
         if self.warmup:
-            n = min(self.max_tokens, 2 * (self.spec.speculative.num_speculative_tokens + 1))
-            warm = [CompletionRequest(p.id, p.text, n,
-                                      temperature=self.spec.speculative.temperature,
-                                      extras=dict(self.adapter.request_extras()))
-                    for p in (self.workload.warmup * self.warmup)[: self.warmup]]
             with self.clock.timed("warmup"):
-                self._run(url, model, warm, min(self.warmup, max(self.levels)))
+                self._run(url, model, self.warm_requests(), min(self.warmup, max(self.levels)))
+
+    def warm_requests(self) -> list[CompletionRequest]:
+        """A launch's warm-up, two draft-verify cycles long (2·(K + 1) tokens): further
+        decode steps repeat them and add nothing (issue 24: a round's cost)."""
+        n = min(self.max_tokens, 2 * (self.spec.speculative.num_speculative_tokens + 1))
+        return [CompletionRequest(p.id, p.text, n, temperature=self.spec.speculative.temperature,
+                                  extras=dict(self.adapter.request_extras()))
+                for p in (self.workload.warmup * self.warmup)[: self.warmup]]
 
     def _open_levels(self, raw: RawRun) -> tuple[int, ...]:
         """The levels whose c is not settled yet. Sticky: a stopped probe stays stopped, so
