@@ -20,10 +20,16 @@ Figures, as ratios against a reference rather than pass/fail:
    and at true ratios from "cannot pay" (1.0, a self-drafting pair) to a clear win, the mean
    rounds per arm to a decision with / without, and the share admitted by each.
 
+4. pairing (issue 24): the repeated CI from Welch on the unpaired rounds (the bench's) against
+   a paired one, the log of each round's spec/base ratio (its two launches adjacent, so a
+   slow drift of the machine cancels) as a one-sample t at r − 1 degrees of freedom, and
+   against one per ABBA pair (pairs − 1 degrees of freedom); the same draws, with and
+   without a drift: false admissions on the threshold, rounds to a decision and admissions.
+
 Noise is log-normal per round; ``--drift`` adds a slow random walk that both arms share in
 launch order (a machine warming up or getting busier), which ABBA order cancels in the mean.
 
-    python benchmarks/bench_sequential.py [--sims 4000] [--seed 1] [--drift 0.0]
+    python benchmarks/bench_sequential.py [--sims 4000] [--seed 1] [--drift 0.0] [--parts 1234]
 """
 
 from __future__ import annotations
@@ -32,9 +38,11 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import special
 
 from specbundle.bench import stats
 
@@ -97,6 +105,8 @@ def main() -> int:
         _part2(a.sims, a.seed, a.drift)
     if "3" in a.parts:
         _part3(a.sims, a.seed, a.drift)
+    if "4" in a.parts:
+        _part4(a.sims, a.seed)
     print(f"({time.monotonic() - t0:.0f} s)")
     return 0
 
@@ -142,6 +152,53 @@ def _part3(sims: int, seed: int, drift: float) -> None:
                   f"{plain.admitted:.3f} -> {fut.admitted:.3f}"
                   + (f" (false admissions / nominal 5 %: {plain.admitted / 0.05:.2f} -> "
                      f"{fut.admitted / 0.05:.2f})" if ratio == 1.05 else ""))
+
+
+def paired_ci(base: Sequence[float], spec: Sequence[float], confidence: float, *,
+              per: int = 1) -> stats.RatioCI | None:
+    """The ratio's CI from paired log differences: one per round (``per`` 1: its base and
+    spec launches adjacent) or per ABBA pair (``per`` 2), a one-sample t at n − 1 dof.
+
+    ``log_sd`` is the differences' sd over √2, the per-arm noise the rule's futility and
+    rounds-to-resolve read (the same standard error as Welch's at equal spread)."""
+    n = min(len(base), len(spec)) // per
+    if n < 2:
+        return None
+    d = np.log(np.asarray(spec[: n * per])) - np.log(np.asarray(base[: n * per]))
+    d = d.reshape(n, per).mean(axis=1)
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    half = float(special.stdtrit(n - 1, 0.5 + confidence / 2.0)) * sd / math.sqrt(n)
+    return stats.RatioCI(ratio=math.exp(mean), low=math.exp(mean - half),
+                         high=math.exp(mean + half), confidence=confidence,
+                         method=f"paired-log/{per}", n_base=n * per, n_spec=n * per,
+                         log_sd=sd * math.sqrt(per) / math.sqrt(2.0), dof=n - 1.0)
+
+
+@dataclass(frozen=True)
+class PairedPlan(stats.LookPlan):
+    """The bench's rule with the paired CI in place of Welch's (the same looks, per-look
+    confidence and futility)."""
+
+    per: int = 1
+
+    def ratio_ci(self, base: Sequence[float], spec: Sequence[float]) -> stats.RatioCI | None:
+        return paired_ci(base, spec, self.per_look_confidence, per=self.per)
+
+
+def _part4(sims: int, seed: int) -> None:
+    print("4. pairing: rounds 4, max 12, threshold 1.05; Welch / paired per round / paired per "
+          "ABBA pair on the same draws (false admissions / nominal 5 %, mean rounds per arm, "
+          "share admitted)")
+    plans = (stats.LookPlan(4, 12, NOMINAL), PairedPlan(4, 12, NOMINAL),
+             PairedPlan(4, 12, NOMINAL, per=2))
+    for sd, drift in ((0.2, 0.0), (0.2, 0.1), (0.5, 0.0), (0.3, 0.3)):
+        for ratio in (1.05, 1.0, 1.3, 1.6):
+            got = simulate(plans, sims if ratio == 1.05 else sims // 4, ratio, sd,
+                           threshold=1.05, drift=drift, seed=seed)
+            what = " / ".join(f"{o.admitted / 0.05:.2f}" if ratio == 1.05 else
+                              f"{o.rounds:5.2f} r, {o.admitted:.3f}" for o in got)
+            print(f"  log sd {sd:.1f}, drift {drift:.1f}/launch, ratio {ratio:.2f}: {what}",
+                  flush=True)
 
 
 if __name__ == "__main__":

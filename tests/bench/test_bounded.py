@@ -155,7 +155,9 @@ def test_futility_at_a_look_rejects_and_is_not_inconclusive(
     report = _report(_runner(spec, lambda arm, r: 100.0 + 3 * ((r + (arm == "spec")) % 2),
                              monkeypatch, seen))
     st = report.stopping
-    assert st is not None and seen == [4] and st.reason == "futile"
+    # a pure launch-order effect (the second launch of each round 3 % faster): the rule's
+    # paired CI sees it in every round's ratio, so futility comes at the second look
+    assert st is not None and seen == [4, 6] and st.reason == "futile"
     gate = evaluate(report, spec.admission)
     crit = next(c for c in gate.criteria if c.name == "throughput_ratio")
     assert crit.measured == "futile" and not gate.inconclusive
@@ -232,8 +234,9 @@ def test_phase_clock_counts_a_launch_start_and_stop() -> None:
 
 def test_a_settled_alpha_below_c_stops_the_rounds_and_rejects(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """α ≤ c settled (the api's check, here a stand-in) ends the rounds at the first look
-    however noisy the ratio; the report rejects and says why, never inconclusive."""
+    """A settled rejection (the api's check, here a stand-in) ends the rounds at the first
+    whole ABBA pair, before the rule's first look (4 rounds), however noisy the ratio; the
+    report rejects and says why, never inconclusive."""
     from specbundle.bench.verdict import bench_decision
 
     seen: list[int] = []
@@ -247,12 +250,28 @@ def test_a_settled_alpha_below_c_stops_the_rounds_and_rejects(
     runner.settled = settled
     report = _report(runner)
     st = report.stopping
-    assert st is not None and (st.reason, st.rounds) == ("settled", 4) and calls == [8]
+    assert st is not None and (st.reason, st.rounds) == ("settled", 2) and calls == [4]
+    assert st.why.startswith("α ≤ c settled") and runner.looks == []
     assert any(n.startswith("α ≤ c settled") for n in report.notes)
     gate = evaluate(report, runner.spec.admission)
     crit = next(c for c in gate.criteria if c.name == "throughput_ratio")
     assert crit.measured == "settled" and not gate.inconclusive
-    assert bench_decision(report)[0] == "REJECTED"
+    assert "α ≤ c settled at concurrency 1" in crit.detail
+    word, why = bench_decision(report)
+    assert word == "REJECTED" and "α 0.100" in why, why
+
+
+def test_an_unsettled_decision_is_asked_after_every_pair_and_runs_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check runs after each whole ABBA pair (2, 4, 6, ... rounds), never mid-pair, and a
+    decision it never settles runs to the rule's own stop."""
+    seen: list[int] = []
+    runner = _runner(_spec(4, 8), _flat, monkeypatch, seen)
+    calls: list[int] = []
+    runner.settled = lambda raw: calls.append(len(raw.round_order) // 2) or None
+    st = _report(runner).stopping
+    assert st is not None and st.reason != "settled" and st.why == ""
+    assert calls == list(range(2, st.rounds + 1, 2)), (calls, st.rounds)
 
 
 @pytest.mark.parametrize("reason", ["time_budget", "interrupted"])
@@ -270,3 +289,16 @@ def test_a_run_cut_short_is_never_a_pass_even_when_its_ci_clears(reason: str) ->
     resolved = stopping(plan, ci, target=1.05, reason="resolved", rounds=6, budget=60.0,
                         elapsed=30.0, notes=[])
     assert resolved.outcome == "above"
+
+
+def test_a_warm_up_is_two_draft_verify_cycles_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every launch warms up; past two draft-verify cycles (2·(K + 1) tokens, K = 4 here) the
+    decode steps only repeat themselves, so the warm-up stops there (issue 24: round cost)."""
+    def tokens(max_tokens: int) -> list[int]:
+        spec = _spec(4)
+        spec = spec.model_copy(update={"bench": spec.bench.model_copy(
+            update={"max_tokens": max_tokens, "warmup_requests": 2})})
+        return [r.max_tokens for r in _runner(spec, _flat, monkeypatch, []).warm_requests()]
+
+    assert tokens(64) == [10, 10]
+    assert tokens(8) == [8, 8]  # never longer than the measured requests

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specbundle.bench.analysis import c_settled
+from specbundle.bench.analysis import c_settled, decision_settled
 from specbundle.bench.client import LevelRun, RequestResult
 from specbundle.bench.prometheus import SpecCounters, WindowDelta
 from specbundle.bench.runner import ArmData, RawRun
@@ -82,3 +82,73 @@ def test_the_measured_verification_cost_settles_a_self_drafting_pair_under_load(
     raw = replace(raw, base=ArmData(verify={1: v}))
     why = c_settled(raw, 1, 0.90, target=1.05, k=8)
     assert why is not None and "no draft length reaches 1.05×" in why
+
+
+# -- the same bound ends the rounds (analysis.decision_settled, asked after every ABBA pair) --
+
+
+def _measured(raw: RawRun, ratio: float) -> RawRun:
+    """Two rounds per arm at level 1 whose throughput ratio spec/base is ``ratio``."""
+    from dataclasses import replace
+
+    def arm(scale: float) -> list[LevelRun]:
+        return [LevelRun(1, d / scale, _run(10.0).results) for d in (1.0, 1.1)]
+
+    return replace(raw, base=replace(raw.base, runs={1: arm(1.0)}),
+                   spec=replace(raw.spec, runs={1: arm(ratio)}))
+
+
+SELF = ([9.6, 11.4, 9.9, 10.8, 10.0, 9.5], BASE)  # c ≈ 1 around α ≈ 0.996
+
+
+def test_a_self_drafting_pair_is_rejected_as_settled_naming_alpha_c_and_the_bound() -> None:
+    raw = _measured(_raw(*SELF, accepted=396), 0.9)
+    why = decision_settled(raw, 1, 0.90, target=1.05, k=8, require_alpha_above_c=True)
+    assert why is not None and why.startswith("no draft length can pay at concurrency 1")
+    assert "α 0.99" in why and "over 6 pairs" in why and "v ≥ 1" in why
+    assert "below the threshold 1.05×" in why and "measured so far 0.90×" in why
+
+
+def test_the_bound_never_cuts_off_a_ratio_the_measurement_carries_over_the_threshold() -> None:
+    """The model says no draft length pays, but the rounds so far say 1.2×: the model is
+    the one in doubt, so the rounds go on and the rule's repeated CI decides."""
+    raw = _measured(_raw(*SELF, accepted=396), 1.2)
+    assert decision_settled(raw, 1, 0.90, target=1.05, k=8, require_alpha_above_c=True) is None
+
+
+def test_the_bound_settles_only_where_the_model_applies() -> None:
+    """Without α > c in the spec the paper's v = 1 does not decide: a measured v does. Too few
+    of c's pairs, no ratio yet, or a threshold below 1 (prefill could lift a ratio over it)
+    settle nothing; a good pair is never settled."""
+    from dataclasses import replace
+
+    from specbundle.bench.verifycost import VerifySample
+
+    raw = _measured(_raw(*SELF, accepted=396), 0.9)
+    assert decision_settled(raw, 1, 0.90, target=1.05, k=8, require_alpha_above_c=False) is None
+    v = [VerifySample(1, 8, 10.0, x) for x in (29.0, 31.0, 30.0, 30.5)]
+    with_v = replace(raw, base=replace(raw.base, verify={1: v}))
+    why = decision_settled(with_v, 1, 0.90, target=1.05, k=8, require_alpha_above_c=False)
+    assert why is not None and "v ≥ " in why and "at g = 8" in why
+    assert decision_settled(raw, 1, 0.90, target=0.95, k=8, require_alpha_above_c=True) is None
+    few = _measured(_raw(SELF[0][:4], BASE[:4], accepted=396), 0.9)
+    assert decision_settled(few, 1, 0.90, target=1.05, k=8, require_alpha_above_c=True) is None
+    unmeasured = _raw(*SELF, accepted=396)
+    assert decision_settled(unmeasured, 1, 0.90, target=1.05, k=8,
+                            require_alpha_above_c=True) is None
+    good = _measured(_raw([2.0, 2.3, 1.9, 2.1, 2.2, 2.0], BASE, accepted=380), 0.9)
+    assert decision_settled(good, 1, 0.90, target=1.05, k=4, require_alpha_above_c=True) is None
+
+
+def test_alpha_below_c_is_settled_only_where_the_spec_requires_alpha_above_c() -> None:
+    raw = _measured(_raw([14.0, 15.0, 13.5, 14.5, 14.2, 13.8], BASE, accepted=200), 1.3)
+    why = decision_settled(raw, 1, 0.90, target=1.05, k=4, require_alpha_above_c=True)
+    assert why is not None and why.startswith("α ≤ c settled at concurrency 1")
+    assert decision_settled(raw, 1, 0.90, target=1.05, k=4, require_alpha_above_c=False) is None
+
+
+def test_too_few_of_cs_pairs_settle_alpha_below_c_neither() -> None:
+    """Asked after the first ABBA pair, an engine whose c pairs are whole rounds has two:
+    their range is no interval yet, however far below it α sits."""
+    few = _measured(_raw([14.0, 15.0], BASE[:2], accepted=200), 1.3)
+    assert decision_settled(few, 1, 0.90, target=1.05, k=4, require_alpha_above_c=True) is None

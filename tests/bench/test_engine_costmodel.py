@@ -17,6 +17,7 @@ import pytest
 
 from specbundle.bench import BenchOptions, BenchReport, run_bench
 from specbundle.bench.html import render_html
+from specbundle.bench.verdict import bench_decision
 from specbundle.bundle import read_unsigned
 from specbundle.synth import SynthPair
 from tests.bench.conftest import bundle_doc, pull_synth
@@ -91,11 +92,21 @@ def test_good_pair_is_explained_as_a_win(good_report: BenchReport) -> None:
 
 def test_draft_that_is_the_target_is_explained_as_c_about_1(
         tmp_path: Path, bench_pairs: dict[str, SynthPair], llama_server_bin: Path) -> None:
+    """On the spec's sequential schedule (4 rounds, up to 12) the self-drafting pair is rejected
+    as settled, after the first whole ABBA pair (before the rule's first look) or the second:
+    no draft length can pay at c's (and v's) lower bound, so more rounds cannot change the
+    decision (issue 24)."""
     pair = bench_pairs["good"]
     itself = dataclasses.replace(pair, draft=pair.target)
-    report = _bench(tmp_path, "itself", itself, llama_server_bin, rounds=2)
+    report = _bench(tmp_path, "itself", itself, llama_server_bin, rounds=4, max_rounds=12)
     lv = report.levels[0]
     assert lv.c_measured is not None and lv.c_measured > 0.8, lv.c_measured
     v = report.verdict
     assert v is not None and v.outcome in ("loses", "inconclusive"), v
     assert any("c ≈ 1" in r for r in v.reasons), v.reasons
+    st = report.stopping
+    # one ABBA pair gives c 8 pairs; a busy box can widen c's interval past the bound, and
+    # the next pair (still before the rule's only futility look) settles it then
+    assert st is not None and st.reason == "settled" and st.rounds in (2, 4), (st, v.reasons)
+    assert "α" in st.why and "c" in st.why and ("≤" in st.why or "threshold 1.05×" in st.why)
+    assert bench_decision(report)[0] == "REJECTED" and any(st.why in r for r in v.reasons)

@@ -204,7 +204,8 @@ def test_the_gate_reads_the_repeated_ci_the_rule_stopped_on(
     st, lv = report.stopping, report.at_p95
     assert st is not None and lv is not None and lv.ratio is not None
     assert seen[0] == 4 and st.rounds > 4 and st.outcome == "above" and st.reason == "resolved"
-    final = stats.LookPlan(4, 12, NOMINAL).ratio_ci(base[:st.rounds], spec[:st.rounds])
+    final = stats.LookPlan(4, 12, NOMINAL, paired=True).ratio_ci(base[:st.rounds],
+                                                                spec[:st.rounds])
     assert lv.ratio == final and lv.ratio.low >= 1.0
 
 
@@ -218,3 +219,52 @@ def test_reports_before_repeated_cis_still_load() -> None:
 
     st = TypeAdapter(Stopping).validate_python(old)
     assert st.looks == 0 and st.per_look_confidence is None
+
+
+# -- pairing each round's arms (issue 24: a busy box drifts) ---------------------------------
+
+
+def _abba(ratio: float, walk: np.ndarray, noise: np.ndarray) -> tuple[list[float], list[float]]:
+    """Per-round throughputs in ABBA launch order: ``walk`` is shared by launch, ``noise``
+    is each launch's own (rows: rounds, columns: base, spec)."""
+    base, spec = [], []
+    for r in range(len(noise)):
+        b, s = (2 * r, 2 * r + 1) if r % 2 == 0 else (2 * r + 1, 2 * r)
+        base.append(100.0 * math.exp(walk[b] + noise[r, 0]))
+        spec.append(100.0 * ratio * math.exp(walk[s] + noise[r, 1]))
+    return base, spec
+
+
+def test_the_paired_ci_cancels_a_slow_drift_that_widens_welch() -> None:
+    """A machine slowing 3 % a launch hits both launches of a round alike: each round's ratio
+    keeps the true 1.3, where Welch takes the slowdown for noise."""
+    base, spec = _abba(1.3, -0.03 * np.arange(16), np.zeros((8, 2)))
+    paired = stats.abba_ratio_ci(base, spec, confidence=0.98)
+    welch = stats.welch_ratio_ci(base, spec, confidence=0.98)
+    assert paired.ratio == pytest.approx(1.3) and paired.method == "paired-log"
+    assert paired.low > 1.25 and welch.low < 1.1 < 1.25 < paired.low
+    # a round missing its second launch (cut by the budget) is left out, not mispaired
+    assert stats.abba_ratio_ci(base, spec[:7], confidence=0.98).n_base == 7
+
+
+def test_the_paired_rule_keeps_false_admissions_under_drift_and_decides_sooner() -> None:
+    """The rule the runner uses (paired) against Welch on the same draws, with a random walk
+    shared by launch (sd 0.1 a launch): on the threshold it admits at most the nominal 5 %;
+    a clear win (1.6) is decided in fewer rounds."""
+    sims = 800
+    plans = (stats.LookPlan(4, 12, NOMINAL, paired=True), stats.LookPlan(4, 12, NOMINAL))
+    rng = np.random.default_rng(11)
+    admitted, rounds = [0, 0], [0, 0]
+    for i in range(sims):
+        ratio = 1.05 if i % 2 == 0 else 1.6
+        draw = _abba(ratio, np.cumsum(rng.normal(0.0, 0.1, 24)), rng.normal(0.0, 0.2, (12, 2)))
+        for j, plan in enumerate(plans):
+            look = stats.replay_looks(plan, *draw, 1.05)
+            assert look is not None
+            if ratio == 1.05:
+                admitted[j] += look.side == "above"
+            else:
+                rounds[j] += look.rounds
+    half = sims // 2
+    assert admitted[0] / half <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / half), admitted
+    assert rounds[0] < rounds[1], rounds

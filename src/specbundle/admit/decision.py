@@ -84,10 +84,10 @@ def _ratio(report: BenchReport, t: AdmissionThresholds) -> Criterion:
         return Criterion("throughput_ratio", True, f"{r.low:.3f}", thr, what)
     more = (f"; about {lv.rounds_needed} rounds per arm would resolve it at this noise"
             if lv.rounds_needed else "")
-    if st is not None and st.reason == "settled":
+    if st is not None and st.reason == "settled":  # the why: α ≤ c, or the model's bound
         return Criterion("throughput_ratio", False, "settled", thr,
-                         f"{what}: not run to a decision, α ≤ c was settled first (see "
-                         "alpha_above_c): no draft length can pay")
+                         f"{what}: not run to a decision, rejection was settled first: "
+                         + (st.why or "α ≤ c (see alpha_above_c): no draft length can pay"))
     if st is not None and st.reason == "futile":
         return Criterion("throughput_ratio", False, "futile", thr,
                          f"{what}: futile, even the top of the CI, {r.high:.3f}, could not clear "

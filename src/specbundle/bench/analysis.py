@@ -30,7 +30,7 @@ from specbundle.bench.sglang_meta import chain_only
 from specbundle.bench.verifycost import VerifyCost, verify_cost
 
 __all__ = ["AnalysisInputs", "acceptance", "alpha_c_settled", "analyse_levels", "c_settled",
-           "ceiling", "validity"]
+           "ceiling", "decision_settled", "validity"]
 
 _REPETITION_FLOOR = 0.3  # distinct char 4-gram ratio below this = a repetition loop
 
@@ -221,7 +221,7 @@ def analyse_levels(raw: RawRun, inp: AnalysisInputs) -> tuple[LevelResult, ...]:
         needed = None
         tb, ts = base.round_output_throughput, spec.round_output_throughput
         if len(tb) >= 2 and len(ts) >= 2 and min(tb + ts) > 0:
-            ratio = stats.welch_ratio_ci(tb, ts, confidence=rc)
+            ratio = stats.abba_ratio_ci(tb, ts, confidence=rc)  # as the rule (LookPlan)
             needed = stats.rounds_needed(ratio.ratio, ratio.log_sd, inp.min_ratio_lower_bound,
                                          confidence=rc)
             if len(tb) >= 3 and len(ts) >= 3:
@@ -384,14 +384,73 @@ def c_settled(raw: RawRun, c: int, confidence: float, *, target: float, k: int) 
     said = f"c {ci.ratio:.3f} [{ci.low:.3f}, {ci.high:.3f}] over {ci.n_base} pairs, α {alpha:.3f}"
     if alpha > ci.high or alpha <= ci.low:
         return f"{said}: α {'>' if alpha > ci.high else '≤'} c is settled"
-    vc = verify_cost(raw.base.verify.get(c, []), confidence=confidence)
-
-    def v(g: int) -> float:  # verification cost at its lower bound, else the paper's v = 1
-        return costmodel.v_at(vc.low, vc.g, g) if vc is not None and vc.samples >= 3 else 1.0
-
-    best = max(costmodel.extended_improvement(alpha, g, ci.low, v(g))
-               for g in range(1, max(k, 1) + 1))
+    best, _ = _best_at_bounds(raw, c, alpha, ci.low, confidence, k)
     if best < target:
         return (f"{said}: even at c's lower bound no draft length reaches {target:.2f}× "
                 f"(best {best:.2f}×)")
     return None
+
+
+def _best_at_bounds(raw: RawRun, c: int, alpha: float, c_low: float, confidence: float,
+                    k: int) -> tuple[float, str]:
+    """The best predicted speed-up over g = 1..K at c's lower bound and v's (v = 1 before
+    three probe samples: verifying g + 1 tokens costs at least one decode step), and how v
+    was taken."""
+    vc = verify_cost(raw.base.verify.get(c, []), confidence=confidence)
+    measured = vc is not None and vc.samples >= 3
+
+    def v(g: int) -> float:
+        return costmodel.v_at(vc.low, vc.g, g) if vc is not None and measured else 1.0
+
+    best = max(costmodel.extended_improvement(alpha, g, c_low, v(g))
+               for g in range(1, max(k, 1) + 1))
+    return best, (f"v ≥ {vc.low:.2f} at g = {vc.g}" if vc is not None and measured
+                  else "v ≥ 1")
+
+
+def decision_settled(raw: RawRun, c: int, confidence: float, *, target: float, k: int,
+                     require_alpha_above_c: bool) -> str | None:
+    """Why the admission at concurrency ``c`` (P95) is settled as a rejection, else ``None``.
+
+    The runner asks after every whole ABBA pair, not only at the rule's planned looks.
+    Settled when the gate requires α > c and α ≤ c's lower bound (:func:`alpha_c_settled`),
+    or when no draft length can pay even at c's and v's lower bounds. Soundness of the second:
+    the decode-phase speed-up τ(α, g)/(g·c + v) falls as c or v rises, so at the lower bounds
+    it bounds every value inside their intervals from above; v ≥ 1 holds physically; prefill
+    runs alike in both arms (a ratio of at most 1), so it only pulls the end-to-end ratio
+    towards 1, never above the larger of the bound and 1: with a threshold of at least 1, a
+    best bound below it means the ratio cannot clear it unless the model is wrong. It is
+    used only where the model applies: α from the engine's counters, c's paired interval
+    past the sign test's minimum pairs (both tests), and either the spec requires α > c (it
+    already judges the draft by the model's c) or v was measured; and only while the ratio
+    agrees (its point estimate below the threshold), so a pair the measurement is carrying
+    over the threshold is never cut off by the model. The rule can only turn an admission
+    into a rejection, so the false-admission bound of the repeated CIs is untouched; c's
+    interval is read at every pair at its nominal confidence, so a false rejection needs
+    the model's bound to be wrong or c's lower bound too high at one of those reads.
+    """
+    ci = checks.draft_cost_ci(raw, c, confidence)
+    # c's sign-test interval holds its confidence only from 2·½ⁿ ≤ 1 − confidence on: asked
+    # after every pair (two rounds can be two of c's pairs), settle nothing on fewer
+    if ci is None or 2.0 * 0.5 ** ci.n_base > 1.0 - confidence:
+        return None
+    if require_alpha_above_c and (why := alpha_c_settled(raw, c, confidence)):
+        return why
+    alpha = acceptance(raw.engine, raw.spec.deltas.get(c, []), raw.spec.runs.get(c, []),
+                       raw.spec.props).alpha
+    tb = [x.output_throughput for x in raw.base.runs.get(c, [])]
+    ts = [x.output_throughput for x in raw.spec.runs.get(c, [])]
+    if alpha is None or target < 1.0 or len(tb) < 2 or len(ts) < 2 or min(tb + ts) <= 0:
+        return None
+    vc = verify_cost(raw.base.verify.get(c, []), confidence=confidence)
+    if not require_alpha_above_c and (vc is None or vc.samples < 3):
+        return None  # neither the spec nor a measured v puts the decision in the model's hands
+    ratio = stats.abba_ratio_ci(tb, ts, confidence=confidence).ratio
+    best, v_said = _best_at_bounds(raw, c, alpha, ci.low, confidence, k)
+    if best >= target or ratio >= target:
+        return None
+    return (f"no draft length can pay at concurrency {c}: α {alpha:.3f}, c {ci.ratio:.3f} "
+            f"[{ci.low:.3f}, {ci.high:.3f}] over {ci.n_base} pairs, {v_said}: the best "
+            f"predicted ratio at the lower bounds, {best:.2f}× (g = 1..{max(k, 1)}), is below "
+            f"the threshold {target:.2f}× (measured so far {ratio:.2f}×), so the rounds stop "
+            "and admission rejects")

@@ -23,10 +23,10 @@ from specbundle._fsutil import real_dir
 from specbundle.bench import stats
 from specbundle.bench.analysis import (
     AnalysisInputs,
-    alpha_c_settled,
     analyse_levels,
     c_settled,
     ceiling,
+    decision_settled,
     validity,
 )
 from specbundle.bench.engines import adapter_for
@@ -291,8 +291,9 @@ def run_bench(bundle: Bundle, *, engine: str = "llamacpp",
         k = (ll.draft_n_max if ll else None) or spec.speculative.num_speculative_tokens
         raw = run_raw(spec, engine, workload, opts, launcher=launcher,
                       can_serve_draft=can_draft, progress=progress,
-                      settled=(lambda r: alpha_c_settled(r, p95, opts.confidence))
-                      if spec.admission.require_alpha_above_c else None,
+                      settled=lambda r: decision_settled(
+                          r, p95, opts.confidence, target=target, k=k,
+                          require_alpha_above_c=spec.admission.require_alpha_above_c),
                       c_settled=lambda r, c: c_settled(r, c, opts.confidence, target=target,
                                                        k=k))
         raw.run_id, raw.settings_equal, raw.settings_note = run_id, settings_equal, note

@@ -122,7 +122,7 @@ class PhaseClock:
 
 def stopping(plan: stats.LookPlan, ci: stats.RatioCI | None, *, target: float,
              reason: StopReason, rounds: int, budget: float, elapsed: float,
-             notes: list[str]) -> Stopping:
+             notes: list[str], why: str = "") -> Stopping:
     """Why and where the rounds ended, with a note for each way of ending early.
 
     A run cut short (budget, interrupt) whose CI is already futile says so: futility is
@@ -154,4 +154,4 @@ def stopping(plan: stats.LookPlan, ci: stats.RatioCI | None, *, target: float,
         rule="sequential" if plan.sequential else "fixed", outcome=side, reason=reason,
         rounds=rounds, min_rounds=plan.rounds, max_rounds=plan.max_rounds, threshold=target,
         time_budget_s=budget, elapsed_s=elapsed, rounds_to_resolve=need, looks=plan.looks,
-        per_look_confidence=plan.per_look_confidence)
+        per_look_confidence=plan.per_look_confidence, why=why if reason == "settled" else "")

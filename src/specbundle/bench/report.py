@@ -43,7 +43,8 @@ Arm = Literal["base", "spec", "draft"]
 #: Why the rounds ended (:class:`Stopping`): ``futile`` (the CI still holds the threshold
 #: but no planned look could clear it: rejected), ``time_budget`` and ``interrupted``
 #: (SIGINT/SIGTERM) end early with the evidence so far, which is never a pass; ``settled``:
-#: acceptance α is not above the draft cost c's lower bound, so no draft length can pay.
+#: α is not above c's lower bound, or no draft length can pay even at c's (and v's) lower
+#: bound (:func:`specbundle.bench.analysis.decision_settled`): rejected.
 StopReason = Literal["resolved", "futile", "settled", "max_rounds", "time_budget",
                      "interrupted", "fixed"]
 
@@ -198,6 +199,7 @@ class Stopping:
     rounds_to_resolve: int | None  # for "inconclusive": rounds per arm at the seen noise
     looks: int = 0  # looks planned (1: fixed design); 0: not recorded (older reports)
     per_look_confidence: float | None = None  # two-sided; None: the nominal (older reports)
+    why: str = ""  # for "settled": what settled the rejection (α ≤ c, or no draft length pays)
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,18 @@
 """Run the A/B benchmark: same binary, prompts and concurrency, with and without speculation.
 
-Rounds interleave the arms in ABBA order (round r runs base then spec when r is even, spec
-then base when odd) so slow drift of the machine hits both alike. Each arm launch warms up
-on held-out prompts (not counted), then measures every concurrency level of the sweep
-(1, 2, 4, ... up to 2×P95, plus P95) with the same request list; ``/metrics`` is scraped
-right before and after each level so acceptance is a counter delta over exactly the
-measured window. In every round the draft is served alone (its own launch) at the same
-concurrencies, between the two arms (B D S, S D B, ...: always next to that round's
-baseline): c is then a per-round ratio against that round's baseline, so a busy machine's
-load hits both sides of c alike instead of one quiet moment deciding it.
+Rounds interleave the arms in ABBA order (round r runs base then spec when r is even, spec then
+base when odd) so slow drift of the machine hits both alike. Each arm launch warms up on
+held-out prompts (not counted), then measures every concurrency level of the sweep (1, 2, 4, ...
+up to 2×P95, plus P95) with the same request list; ``/metrics`` is scraped right before and
+after each level so acceptance is a counter delta over exactly the measured window. In every
+round the draft is served alone at the same concurrencies next to that round's baseline, so a
+busy machine's load hits both sides of c alike.
 
 Rounds are sequential: after the spec's ``rounds`` (whole ABBA pairs), pairs are added while
-the P95 ratio CI still contains the threshold, until ``max_rounds``, futility or the time
-budget. The looks are planned up front (:class:`stats.LookPlan`) and each uses a repeated CI
-at the per-look confidence, so stopping at the first clear look keeps the nominal error rate.
+the P95 ratio CI still contains the threshold, until ``max_rounds``, futility, a settled
+rejection (asked after every pair) or the budget. The looks are planned up front
+(:class:`stats.LookPlan`), each a repeated CI at the per-look confidence, so stopping at the
+first clear look keeps the nominal error rate.
 The time budget (:func:`budget.default_time_budget`) is checked before every level, not only at
 looks, and an interrupt (SIGINT, or SIGTERM as the CLI maps it) ends the rounds the same
 way: the arm launch under way is dropped and the report carries every whole launch so far.
@@ -58,17 +57,15 @@ from specbundle.errors import BenchError
 from specbundle.spec import BundleSpec
 from specbundle.strict import MalformedDocument
 
-__all__ = [
-    "ArmData", "BenchOptions", "CSettled", "Launcher", "Progress", "RawRun", "new_run_id",
-    "run_raw", "sweep_levels",
-]
+__all__ = ["ArmData", "BenchOptions", "CSettled", "Launcher", "Progress", "RawRun",
+           "new_run_id", "run_raw", "sweep_levels"]
 
 #: (what is running now, steps done so far, total steps); ``what`` names the round, the arm,
 #: the level and the P95 ratio's current repeated CI, for a log line as much as for a bar.
 Progress = Callable[[str, int, int], None]
 #: Starts one arm ("base", "spec" or "draft": the draft served alone) and yields its URL.
 Launcher = Callable[[str], AbstractContextManager[str]]
-#: At a look, the runs so far -> why α ≤ c is settled (stop and reject), else None.
+#: After each whole ABBA pair, the runs so far -> why rejection is settled, else None.
 Settled = Callable[["RawRun"], str | None]
 #: Before a draft probe, the runs so far and a level -> why c is settled there, else None.
 CSettled = Callable[["RawRun", int], str | None]
@@ -187,7 +184,7 @@ class _Runner:
         self.max_rounds = max(self.rounds, opts.max_rounds or b.max_rounds
                               or min(64, 3 * self.rounds))
         self.target = opts.target_ratio or spec.admission.min_throughput_ratio_lower_bound
-        self.plan = stats.LookPlan(self.rounds, self.max_rounds, opts.confidence)
+        self.plan = stats.LookPlan(self.rounds, self.max_rounds, opts.confidence, paired=True)
         self.per_round = (3 if self._has_draft() else 2) * len(self.levels)
         # The draft alone runs beside the baseline server (llama-server holds only its own
         # model; servers given by URL already run side by side), so c's pairs can alternate
@@ -199,6 +196,7 @@ class _Runner:
         self.t0 = time.monotonic()
         self.round = 0
         self.status = ""  # the P95 ratio's current repeated CI, for progress lines
+        self.why = ""  # why the decision was settled, when it ended the rounds
         self.mark: Mark | None = None  # the data after the last whole arm launch
         self.clock = PhaseClock()  # seconds per phase of the rounds (where the time goes)
         self.ties: list[TieProbe] = []  # the target's margins at speculation's divergences
@@ -330,13 +328,16 @@ class _Runner:
                 if look.ci is not None:
                     self.status = (f"P95 ratio {look.ci.ratio:.2f} [{look.ci.low:.2f}, "
                                    f"{look.ci.high:.2f}] vs {self.target:.2f}")
+            # after every whole ABBA pair, not only at the looks: a settled decision (α ≤ c,
+            # or no draft length can pay at c's lower bound) ends the rounds as a rejection
+            if self.settled is not None and r and r % 2 == 0 and (why := self.settled(
+                    self._raw(reqs, base, spec, draft, probe, order))):
+                self.notes.append(why)
+                self.why = why
+                return "settled"
+            if look is not None:
                 if look.stop is not None:
                     return look.stop
-                why = self.settled(self._raw(reqs, base, spec, draft, probe, order)) \
-                    if self.settled is not None else None
-                if why:  # α ≤ c settled: no draft length pays, whatever the ratio's noise
-                    self.notes.append(why)
-                    return "settled"
                 pair_s = (time.monotonic() - self.t0) / r * 2
                 if time.monotonic() - self.t0 + pair_s > self.budget:
                     return "time_budget"
@@ -408,17 +409,21 @@ class _Runner:
                   elapsed: float) -> Stopping:
         return stopping(self.plan, self._p95_ci(base, spec), target=self.target,
                         reason=reason, rounds=rounds, budget=self.budget, elapsed=elapsed,
-                        notes=self.notes)
+                        notes=self.notes, why=self.why)
 
     def _warm(self, url: str, model: str) -> None:
         """Held-out warm-up requests on a fresh launch (not counted)."""
         if self.warmup:
-            warm = [CompletionRequest(p.id, p.text, self.max_tokens,
-                                      temperature=self.spec.speculative.temperature,
-                                      extras=dict(self.adapter.request_extras()))
-                    for p in (self.workload.warmup * self.warmup)[: self.warmup]]
             with self.clock.timed("warmup"):
-                self._run(url, model, warm, min(self.warmup, max(self.levels)))
+                self._run(url, model, self.warm_requests(), min(self.warmup, max(self.levels)))
+
+    def warm_requests(self) -> list[CompletionRequest]:
+        """A launch's warm-up, two draft-verify cycles long (2·(K + 1) tokens): further
+        decode steps repeat them and add nothing (issue 24: a round's cost)."""
+        n = min(self.max_tokens, 2 * (self.spec.speculative.num_speculative_tokens + 1))
+        return [CompletionRequest(p.id, p.text, n, temperature=self.spec.speculative.temperature,
+                                  extras=dict(self.adapter.request_extras()))
+                for p in (self.workload.warmup * self.warmup)[: self.warmup]]
 
     def _open_levels(self, raw: RawRun) -> tuple[int, ...]:
         """The levels whose c is not settled yet. Sticky: a stopped probe stays stopped, so

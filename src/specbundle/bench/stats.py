@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -24,6 +24,7 @@ __all__ = [
     "RatioCI",
     "Side",
     "Summary",
+    "abba_ratio_ci",
     "acceptance_rate",
     "alpha_from_tau",
     "black_box_c",
@@ -265,10 +266,23 @@ def paired_ratio_ci(numerator: Sequence[float], denominator: Sequence[float], *,
     d = np.log(num) - np.log(den)
     mean, sd = float(d.mean()), float(d.std(ddof=1))
     dof = float(d.size - 1)
-    half = float(sps.t.ppf(0.5 + confidence / 2.0, dof)) * sd / math.sqrt(d.size) if sd else 0.0
+    half = float(special.stdtrit(dof, 0.5 + confidence / 2.0)) * sd / math.sqrt(d.size) \
+        if sd else 0.0
     return RatioCI(ratio=math.exp(mean), low=math.exp(mean - half), high=math.exp(mean + half),
                    confidence=confidence, method="paired-log", n_base=int(d.size),
                    n_spec=int(d.size), log_sd=sd, dof=dof)
+
+
+def abba_ratio_ci(base: Sequence[float], spec: Sequence[float], *,
+                  confidence: float = 0.90) -> RatioCI:
+    """spec/base over ABBA rounds, paired by round: its two launches are adjacent, so a slow
+    drift of a busy machine cancels in each round's ratio instead of widening the interval
+    (benchmarks/README.md: Welch on the unpaired rounds loses power under drift). A round
+    missing either arm is left out; ``log_sd`` is the per-arm noise (the differences' sd
+    over √2), the figure the rule's futility and rounds-to-resolve read."""
+    n = min(len(base), len(spec))
+    ci = paired_ratio_ci(spec[:n], base[:n], confidence=confidence)
+    return replace(ci, log_sd=ci.log_sd / math.sqrt(2.0))
 
 
 def rounds_to_resolve(ci: RatioCI, threshold: float, *, cap: int = 1000) -> int | None:
@@ -349,6 +363,7 @@ class LookPlan:
     confidence: float = 0.90
     corrected: bool = True
     futility: bool = True
+    paired: bool = False  # the bench's: :func:`abba_ratio_ci` at each look, else Welch
 
     @property
     def first(self) -> int:
@@ -382,10 +397,11 @@ class LookPlan:
         return rounds >= self.first and rounds % 2 == 0
 
     def ratio_ci(self, base: Sequence[float], spec: Sequence[float]) -> RatioCI | None:
-        """The repeated (per-look confidence) Welch CI of spec/base; ``None`` if unmeasurable."""
+        """The repeated (per-look confidence) CI of spec/base; ``None`` if unmeasurable."""
         if len(base) < 2 or len(spec) < 2 or min(*base, *spec) <= 0:
             return None
-        return welch_ratio_ci(base, spec, confidence=self.per_look_confidence)
+        ci = abba_ratio_ci if self.paired else welch_ratio_ci
+        return ci(base, spec, confidence=self.per_look_confidence)
 
     def look(self, rounds: int, base: Sequence[float], spec: Sequence[float],
              threshold: float) -> Look | None:
@@ -420,7 +436,8 @@ class LookPlan:
         if not self.futility or not self.sequential or ci.log_sd <= 0.0:
             return False
         n = self.last
-        t = float(special.stdtrit(2 * n - 2, 0.5 + self.per_look_confidence / 2.0))
+        t = float(special.stdtrit(n - 1 if self.paired else 2 * n - 2,
+                                  0.5 + self.per_look_confidence / 2.0))
         half = t * ci.log_sd * math.sqrt(2.0 / n)
         return math.log(ci.high) - half < math.log(threshold)
 

@@ -86,6 +86,7 @@ class Figures:
     stop_rounds_to_resolve: int | None = None
     stop_looks: int = 0  # looks the rule planned (0: not recorded)
     stop_per_look_confidence: float | None = None
+    stop_why: str = ""  # for "settled": α ≤ c, or no draft length pays at c's lower bound
 
 
 def _x(v: float) -> str:
@@ -250,12 +251,11 @@ def _c_trust(f: Figures) -> str | None:
 
 
 def _stopping(f: Figures) -> str | None:
+    if f.stop_reason == "settled":  # after a whole ABBA pair, look or not; CI below or not
+        return (f"the rounds stopped after {f.stop_rounds} with the rejection settled: "
+                + (f.stop_why or "α is at or below the draft cost c: no draft length can pay"))
     if f.stop_outcome != "inconclusive" or f.stop_rounds is None or f.stop_threshold is None:
         return None
-    if f.stop_reason == "settled":
-        return (f"the sequential rule stopped after {f.stop_rounds} rounds because acceptance α "
-                "was settled at or below the draft cost c: no draft length can pay, so it "
-                "rejects")
     if f.stop_reason == "futile":
         return (f"the sequential rule stopped for futility after {f.stop_rounds} rounds: even "
                 f"the top of the CI could not clear the admission threshold "
@@ -341,7 +341,7 @@ def figures_of(report: BenchReport, lv: LevelResult) -> Figures:
         stop_outcome=st.outcome if st else "", stop_rounds=st.rounds if st else None,
         stop_reason=st.reason if st else "", stop_threshold=st.threshold if st else None,
         stop_rounds_to_resolve=st.rounds_to_resolve if st else None,
-        stop_looks=st.looks if st else 0,
+        stop_looks=st.looks if st else 0, stop_why=st.why if st else "",
         stop_per_look_confidence=st.per_look_confidence if st else None)
 
 
