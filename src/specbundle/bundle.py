@@ -133,9 +133,9 @@ class Bundle(ABC):
         if self.record.prompts_sha256 is not None:
             try:
                 data = read_mirror_file(in_bundle)  # a regular file, never a link, FIFO, device
-            except MalformedDocument as err:
-                raise SpecError(f"cannot read the bundle's prompts file {rel!r}: {err}",
-                                field="bench.prompts_file") from None
+            except MalformedDocument as err:  # a link, FIFO or device planted in the mirror
+                raise VerificationError(f"cannot read the bundle's prompts file {rel!r}: {err}",
+                                        hint="restore the bundle from a transfer set") from None
             except OSError as err:
                 raise SpecError(f"cannot read the bundle's prompts file {rel!r}: {err.strerror}",
                                 field="bench.prompts_file") from None
