@@ -13,9 +13,16 @@ not in the list below with the reason it may stay; a new reader then has to use 
 from __future__ import annotations
 
 import ast
+import fcntl
+import os
 from pathlib import Path
 
+import pytest
+
 import specbundle
+from specbundle.digest import hash_file, hash_files, sha256_bytes
+from specbundle.errors import VerificationError
+from specbundle.strict import MalformedDocument, open_regular
 
 SRC = Path(specbundle.__file__).parent
 
@@ -117,3 +124,46 @@ def test_the_scanner_sees_each_form_and_passes_writes() -> None:
     whats = [w for _s, _n, w in _scan(ast.parse(src))]
     assert whats == [".read_bytes()", ".read_text()", ".open()", ".open()", "open()",
                      "os.open() without O_NONBLOCK", "tarfile.open(name)"]
+
+
+def _shapes(tmp_path: Path) -> dict[str, Path]:
+    fifo, link, folder = tmp_path / "fifo", tmp_path / "zero", tmp_path / "folder"
+    os.mkfifo(fifo)  # nobody writes it: a blocking open would hang the test
+    link.symlink_to("/dev/zero")
+    folder.mkdir()
+    return {"fifo": fifo, "dev-zero-link": link, "folder": folder}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("follow", [True, False])
+def test_open_regular_refuses_every_other_shape_at_once(tmp_path: Path, follow: bool) -> None:
+    for shape, path in _shapes(tmp_path).items():
+        with pytest.raises(MalformedDocument, match="not a regular file|symbolic link") as err:
+            open_regular(path, follow=follow)
+        assert str(path) in str(err.value), shape
+
+
+@pytest.mark.timeout(30)
+def test_open_regular_reads_a_regular_file_in_blocking_mode(tmp_path: Path) -> None:
+    """The twin: a regular file (or, with follow, a link to one) opens and reads normally."""
+    real = tmp_path / "real"
+    real.write_bytes(b"x" * 100)
+    (tmp_path / "link").symlink_to(real)
+    with open_regular(real) as fh:
+        assert not fcntl.fcntl(fh.fileno(), fcntl.F_GETFL) & os.O_NONBLOCK
+        assert fh.read() == b"x" * 100
+    with open_regular(tmp_path / "link", follow=True) as fh:
+        assert fh.read(3) == b"xxx"
+    with pytest.raises(MalformedDocument, match="symbolic link"):
+        open_regular(tmp_path / "link")
+
+
+@pytest.mark.timeout(30)
+def test_hashing_a_planted_fifo_or_device_is_a_verification_error(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.write_bytes(b"abc")
+    assert hash_file(real) == sha256_bytes(b"abc")
+    for path in _shapes(tmp_path).values():
+        with pytest.raises(VerificationError, match="not a regular file") as err:
+            hash_files([real, path])
+        assert err.value.exit_code == 3
