@@ -68,7 +68,7 @@ def _walk_findings(rel: str, walk: PickleWalk, where: str = "") -> Iterator[Find
 def _zipfile_differs(f: TreeFile, archive: ZipArchive) -> str | None:
     """Python's zipfile is the second reader: it must see exactly the walker's entries."""
     try:
-        with zipfile.ZipFile(f.path) as zf:
+        with open_regular(f.path, follow=True) as fh, zipfile.ZipFile(fh) as zf:
             theirs = [(i.filename, i.header_offset, i.compress_size, i.file_size, i.CRC)
                       for i in zf.infolist()]
     except _ZIP_ERRORS as err:
