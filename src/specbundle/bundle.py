@@ -32,7 +32,7 @@ from specbundle.mirror import Mirror
 from specbundle.record import BundleRecord
 from specbundle.schedule import TunedSchedule, read_logged_schedule
 from specbundle.spec import BundleSpec, parse_spec
-from specbundle.strict import MalformedDocument, read_mirror_file
+from specbundle.strict import MalformedDocument, read_bounded, read_mirror_file
 
 __all__ = ["Bundle", "UnsignedBundle", "read_unsigned"]
 
@@ -133,9 +133,9 @@ class Bundle(ABC):
         if self.record.prompts_sha256 is not None:
             try:
                 data = read_mirror_file(in_bundle)  # a regular file, never a link, FIFO, device
-            except MalformedDocument as err:
-                raise SpecError(f"cannot read the bundle's prompts file {rel!r}: {err}",
-                                field="bench.prompts_file") from None
+            except MalformedDocument as err:  # a link, FIFO or device planted in the mirror
+                raise VerificationError(f"cannot read the bundle's prompts file {rel!r}: {err}",
+                                        hint="restore the bundle from a transfer set") from None
             except OSError as err:
                 raise SpecError(f"cannot read the bundle's prompts file {rel!r}: {err.strerror}",
                                 field="bench.prompts_file") from None
@@ -145,8 +145,11 @@ class Bundle(ABC):
             return data, in_bundle
         if rel in {f.path for f in self.record.target.files}:
             path = self.mirror.artifact_dir(self.record.target) / rel
-            try:
-                return path.read_bytes(), path
+            try:  # a link into the content store by design; a FIFO or device is refused
+                return read_bounded(path, what=f"prompts file {path}"), path
+            except MalformedDocument as err:
+                raise VerificationError(str(err), hint="restore the bundle from a transfer set") \
+                    from None
             except OSError as err:
                 raise SpecError(f"cannot read prompts file: {err.strerror}",
                                 file=str(path)) from None
@@ -200,8 +203,12 @@ class UnsignedBundle(Bundle):
         return read_logged_schedule(self.mirror, self.name, engine)
 
     def _unnamed_prompts(self, rel: str, path: Path) -> bytes:
-        if path.is_file() and not path.is_symlink():
-            return path.read_bytes()
+        try:
+            return read_mirror_file(path, what=f"prompts file {path}")
+        except MalformedDocument as err:
+            raise VerificationError(str(err)) from None
+        except OSError:
+            pass
         raise SpecError(f"{rel!r} is in neither the bundle folder nor the target snapshot",
                         field="bench.prompts_file")
 

@@ -14,6 +14,9 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from specbundle.errors import VerificationError
+from specbundle.strict import MalformedDocument, open_regular
+
 __all__ = ["BLOCK_SIZE", "SHA256_RE", "hash_file", "hash_files", "is_sha256", "sha256_bytes"]
 
 BLOCK_SIZE = 4 * 1024 * 1024
@@ -31,11 +34,22 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def hash_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
-    """Hex sha256 of one file, read once in large blocks."""
+    """Hex sha256 of one file, read once in large blocks.
+
+    Links are followed (a snapshot file is a link into the content store), but only a regular
+    file is read: a FIFO or device planted in its place is refused at once, never hashed.
+
+    Raises:
+        VerificationError: ``path`` is not a regular file (exit 3, one line naming it).
+    """
     h = hashlib.sha256()
     buf = bytearray(BLOCK_SIZE)
     view = memoryview(buf)
-    with path.open("rb", buffering=0) as fh:
+    try:
+        fh = open_regular(path, follow=True)  # large readinto: unbuffered
+    except MalformedDocument as err:
+        raise VerificationError(str(err)) from None
+    with fh:
         while True:
             n = fh.readinto(buf)
             if not n:

@@ -13,9 +13,9 @@ from typing import Any
 
 from specbundle._fsutil import canonical_json
 from specbundle.digest import is_sha256, sha256_bytes
-from specbundle.errors import MirrorError, VerificationError
+from specbundle.errors import CorruptMirror, MirrorError, VerificationError
 from specbundle.mirror import Mirror
-from specbundle.strict import loads_json
+from specbundle.strict import MalformedDocument, loads_json, read_mirror_file
 
 __all__ = ["ENGINE_NAME", "IMAGE_RECORD_SCHEMA", "ImageRecord", "bundle_image_bytes",
            "image_record_path", "parse_image_record", "read_image_records"]
@@ -118,8 +118,14 @@ def parse_image_record(raw: bytes, engine: str) -> ImageRecord:
 def bundle_image_bytes(mirror: Mirror, name: str) -> dict[str, bytes]:
     """Engine -> bytes of the bundle-level (unsigned, connected-side) image records."""
     d = mirror.bundle_dir(name) / "images"
-    return {p.stem: p.read_bytes() for p in sorted(d.glob("*.json"))
-            if p.is_file() and not p.is_symlink()} if d.is_dir() else {}
+    out: dict[str, bytes] = {}
+    for p in sorted(d.glob("*.json")) if d.is_dir() else ():
+        if p.is_file() and not p.is_symlink():
+            try:
+                out[p.stem] = read_mirror_file(p, what=f"bundles/{name}/images/{p.name}")
+            except (MalformedDocument, OSError) as err:  # swapped in after the look above
+                raise CorruptMirror(f"mirror {mirror.root}: {err}") from None
+    return out
 
 
 def read_image_records(mirror: Mirror, name: str) -> dict[str, ImageRecord]:

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from specbundle.errors import EnvironmentProblem
+from specbundle.strict import open_regular
 
 __all__ = ["LFS_SUFFIXES", "LocalHub", "free_port", "lfs_pointer", "publish_repo", "serve_hub"]
 
@@ -87,7 +88,7 @@ def publish_repo(
         dest.parent.mkdir(parents=True, exist_ok=True)
         if f.suffix in lfs_suffixes:
             h, size = hashlib.sha256(), 0
-            with f.open("rb") as fh:
+            with open_regular(f, follow=True) as fh:
                 while chunk := fh.read(1 << 22):
                     h.update(chunk)
                     size += len(chunk)

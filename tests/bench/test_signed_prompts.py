@@ -11,7 +11,7 @@ from specbundle import attest
 from specbundle.bench.api import _workload
 from specbundle.bundle import read_unsigned
 from specbundle.digest import sha256_bytes
-from specbundle.errors import SpecError, VerificationError
+from specbundle.errors import VerificationError
 from specbundle.mirror import Mirror
 from specbundle.pull import pull_bundle
 from specbundle.sign import sign_bundle
@@ -72,7 +72,7 @@ def test_a_symlinked_prompts_file_is_not_followed(tmp_path: Path) -> None:
     (tmp_path / "elsewhere.jsonl").write_bytes(PROMPTS)
     target.unlink()
     target.symlink_to(tmp_path / "elsewhere.jsonl")
-    with pytest.raises(SpecError, match="symbolic link"):
+    with pytest.raises(VerificationError, match="symbolic link"):
         _workload(v)
 
 

@@ -38,6 +38,7 @@ from cryptography.x509.verification import VerificationError as _PathError
 
 from specbundle.attest.keys import PublicKey
 from specbundle.errors import EnvironmentProblem, UsageError, VerificationError
+from specbundle.strict import MalformedDocument, read_bounded
 
 __all__ = [
     "CLOCK_SKEW",
@@ -57,6 +58,7 @@ __all__ = [
 #: starts) relative to the signature's time. The same bound everywhere a time is compared.
 CLOCK_SKEW = timedelta(minutes=5)
 _MAX_DEPTH = 8
+_MAX_PKI_FILE = 64 * 1024 * 1024  # a CRL of a large CA is tens of MB
 _MAX_PEM = 4 << 20
 
 
@@ -106,7 +108,9 @@ def parse_crls(data: bytes, *, source: str) -> tuple[x509.CertificateRevocationL
 
 def _read(path: Path, what: str) -> bytes:
     try:
-        return path.read_bytes()
+        return read_bounded(path, max_bytes=_MAX_PKI_FILE, what=f"{what} {path}")  # never a FIFO
+    except MalformedDocument as err:
+        raise UsageError(str(err)) from None
     except OSError as err:
         raise EnvironmentProblem(f"cannot read {what} {path}: {err.strerror}") from err
 

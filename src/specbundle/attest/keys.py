@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from specbundle.errors import EnvironmentProblem, UsageError, VerificationError
+from specbundle.strict import MalformedDocument, read_bounded
 
 __all__ = [
     "KeyAlgorithm",
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 KeyAlgorithm = Literal["ecdsa-p256", "ecdsa-p384", "ecdsa-p521", "ed25519"]
+_MAX_KEY_FILE = 1024 * 1024  # a PEM key is a few KB; a FIFO or device is refused
 _CURVES: dict[str, tuple[KeyAlgorithm, hashes.HashAlgorithm]] = {
     # The hash follows the curve size, as the OMS reference signer does.
     "secp256r1": ("ecdsa-p256", hashes.SHA256()),
@@ -208,7 +210,9 @@ def generate_key(algorithm: KeyAlgorithm = "ecdsa-p256") -> SigningKey:
 def load_signing_key(path: Path, passphrase: bytes | None = None) -> SigningKey:
     """Load a private key from PEM (PKCS#8 or SEC1) or DER PKCS#8, decrypting if needed."""
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, max_bytes=_MAX_KEY_FILE, what=f"key file {path}")
+    except MalformedDocument as err:
+        raise UsageError(str(err)) from None
     except OSError as err:
         raise EnvironmentProblem(f"cannot read key file {path}: {err.strerror}") from err
     if b"PUBLIC KEY-----" in data[:4096] and b"PRIVATE KEY-----" not in data[:4096]:
@@ -245,7 +249,9 @@ def public_key_from_pem(data: bytes, *, source: str = "<pem>") -> PublicKey:
 def load_public_key(path: Path) -> PublicKey:
     """Load a PEM public key file."""
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, max_bytes=_MAX_KEY_FILE, what=f"public key {path}")
+    except MalformedDocument as err:
+        raise UsageError(str(err)) from None
     except OSError as err:
         raise EnvironmentProblem(f"cannot read public key {path}: {err.strerror}") from err
     return public_key_from_pem(data, source=str(path))

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from specbundle.attest.keys import SigningKey
 from specbundle.errors import EnvironmentProblem, UsageError
+from specbundle.strict import MalformedDocument, read_bounded
 
 __all__ = [
     "MODULE_ENV",
@@ -107,7 +108,10 @@ def _pin(uri: Pkcs11Uri) -> str:
     if src is not None:
         file = Path(src.removeprefix("file:"))
         try:
-            lines = file.read_text().splitlines()
+            lines = read_bounded(file, max_bytes=65536, what=f"PKCS#11 PIN file {file}"
+                                 ).decode("utf-8", "replace").splitlines()
+        except MalformedDocument as err:
+            raise UsageError(str(err)) from None
         except OSError as err:
             raise EnvironmentProblem(f"cannot read PKCS#11 PIN file {file}: {err.strerror}"
                                      ) from err

@@ -241,7 +241,10 @@ def write_checkpoint(mirror: Mirror, keys: Sequence[SigningKey]) -> Checkpoint:
             os.fsync(fd)
         finally:
             os.close(fd)
-        line = path.read_bytes().count(b"\n")
+        try:
+            line = read_mirror_file(path, max_bytes=MAX_LOG_BYTES).count(b"\n")
+        except MalformedDocument as err:
+            raise VerificationError(f"{path}: {err}") from None
         mirror.append_event("checkpoint", None, {"seq": seq, "digest": digest,
                                                  "envelope_sha256": sha256_bytes(env.to_line()),
                                                  "signers": [k.fingerprint for k in keys]})

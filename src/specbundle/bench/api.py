@@ -48,13 +48,15 @@ from specbundle.bench.workload import (
     prompts_from_bytes,
 )
 from specbundle.bundle import Bundle
-from specbundle.errors import BenchError
+from specbundle.errors import BenchError, CorruptMirror
 from specbundle.mirror import Mirror, utc_now
 from specbundle.render import render_bundle
 from specbundle.spec import BundleSpec
-from specbundle.strict import MalformedDocument, loads_json
+from specbundle.strict import MalformedDocument, loads_json, read_mirror_file
 
 __all__ = ["load_report", "report_path", "run_bench"]
+
+_MAX_ENGINE_LOG = 256 * 1024 * 1024
 
 
 def report_path(mirror: Mirror, name: str, run_id: str) -> Path:
@@ -239,10 +241,18 @@ def _build_report(raw: RawRun, spec: BundleSpec, name: str, workload: Workload,
     return dataclasses.replace(report, verdict=bench_verdict(report))  # the decision first
 
 
+def _engine_log(path: Path) -> bytes:
+    """A log this run's engine wrote under the mirror's ``tmp/``: never a FIFO planted there."""
+    try:
+        return read_mirror_file(path, max_bytes=_MAX_ENGINE_LOG, what=str(path))
+    except MalformedDocument as err:
+        raise CorruptMirror(str(err)) from None
+
+
 def _store(mirror: Mirror, report: BenchReport, log_dir: Path) -> None:
     base = f"bench/{report.run_id}"
     for log in sorted(log_dir.glob("*.log")):
-        mirror.write_bundle_file(report.bundle, f"{base}/logs/{log.name}", log.read_bytes())
+        mirror.write_bundle_file(report.bundle, f"{base}/logs/{log.name}", _engine_log(log))
     mirror.write_bundle_file(report.bundle, f"{base}/report.html", render_html(report).encode())
     mirror.write_bundle_file(report.bundle, f"{base}/report.json", report.to_bytes())
     with mirror.lock():
@@ -307,7 +317,8 @@ def run_bench(bundle: Bundle, *, engine: str = "llamacpp",
                 raw.settings_note = "the arms report different slot counts"
         spec_log = log_dir / "spec.log"
         if spec_log.is_file():  # llama-server's per-request slot lines, warm-up included
-            slots = sum_llamacpp_slots(spec_log.read_text(errors="replace").splitlines())
+            text = _engine_log(spec_log).decode(errors="replace")
+            slots = sum_llamacpp_slots(text.splitlines())
             if slots is not None:
                 server["log_acceptance"] = {"accepted": slots[0], "drafted": slots[1],
                                             "scope": "all requests incl. warm-up (engine log)"}

@@ -28,6 +28,7 @@ import httpx
 
 from specbundle.bench.prometheus import Scrape, parse_scrape
 from specbundle.errors import BenchError
+from specbundle.strict import MalformedDocument, open_regular
 
 __all__ = ["attach", "binary_env", "free_port", "get_json", "launch", "resolve_program", "scrape",
            "served_model"]
@@ -36,6 +37,7 @@ _LOCAL = ("127.0.0.1", "localhost", "::1")
 
 
 _PR_SET_PDEATHSIG = 1
+_TAIL_BYTES = 64 * 1024
 
 
 def _die_with_parent() -> Any:
@@ -69,8 +71,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def _tail(log: Path, n: int = 25) -> str:
     try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
+        with open_regular(log) as fh:  # never blocks on a FIFO planted in its place
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - _TAIL_BYTES))
+            text = fh.read(_TAIL_BYTES).decode(errors="replace")
+        return "\n".join(text.splitlines()[-n:])
+    except (OSError, MalformedDocument):
         return "(no log)"
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from specbundle.digest import sha256_bytes
 from specbundle.errors import SpecError
-from specbundle.strict import MalformedDocument, loads_json
+from specbundle.strict import MalformedDocument, loads_json, read_bounded
 
 __all__ = ["DEFAULT_PROMPTS", "WARMUP_PROMPTS", "Prompt", "Workload", "default_workload",
            "load_prompts_file", "prompts_from_bytes"]
@@ -108,7 +108,9 @@ def _from_json_line(obj: object, n: int, file: str) -> Prompt:
 def load_prompts_file(path: Path) -> Workload:
     """Prompts from a ``.jsonl`` or ``.txt`` file shipped with the bundle."""
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, what=str(path))  # never blocks on a FIFO
+    except MalformedDocument as err:
+        raise SpecError(f"cannot read prompts file: {err}", file=str(path)) from None
     except OSError as err:
         raise SpecError(f"cannot read prompts file: {err.strerror}", file=str(path)) from None
     return prompts_from_bytes(data, path)

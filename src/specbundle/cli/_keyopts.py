@@ -19,12 +19,14 @@ import click
 from specbundle.attest import SigningKey, load_certificates, load_signing_key
 from specbundle.attest.pkcs11 import is_pkcs11_uri, load_token_key
 from specbundle.cli._progress import byte_progress
-from specbundle.errors import EnvironmentProblem
+from specbundle.errors import EnvironmentProblem, UsageError
+from specbundle.strict import MalformedDocument, read_bounded
 
 __all__ = ["KEY_SOURCE", "PASSPHRASE_ENV", "attach_chain", "cert_options", "hash_progress",
            "load_keys", "passphrase_option", "read_passphrase"]
 
 PASSPHRASE_ENV = "SPECBUNDLE_KEY_PASSPHRASE"  # noqa: S105 - a variable name, not a secret
+_MAX_SECRET_FILE = 65536
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -80,7 +82,10 @@ def read_passphrase(path: Path | None) -> bytes | None:
     """The passphrase from a file (first line) or the environment; None when neither is set."""
     if path is not None:
         try:
-            return path.read_bytes().splitlines()[0] if path.stat().st_size else b""
+            data = read_bounded(path, max_bytes=_MAX_SECRET_FILE, what=f"passphrase file {path}")
+            return data.splitlines()[0] if data else b""
+        except MalformedDocument as err:
+            raise UsageError(str(err)) from None
         except OSError as err:
             raise EnvironmentProblem(f"cannot read passphrase file {path}: {err.strerror}") from err
     env = os.environ.get(PASSPHRASE_ENV)

@@ -39,6 +39,7 @@ from specbundle.render.interface import RenderMeta
 from specbundle.render.paths import ensure_aliases
 from specbundle.render.targets import KubernetesOciTarget, OciModelSource
 from specbundle.review.sides import StoreOpener
+from specbundle.strict import MalformedDocument, read_bounded
 from specbundle.transfer import parse_size
 from specbundle.verify import load_policy
 
@@ -46,6 +47,7 @@ __all__ = ["attach", "command", "export", "import_", "open_registry", "pull", "p
            "registry_options", "render_from_registry", "store_opener"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+_MAX_ATTACHED = 256 * 1024 * 1024  # held in memory for one upload
 
 
 def registry_options(f: F) -> F:
@@ -236,7 +238,11 @@ def attach(subject: str, file: Path, artifact_type: str, plain_http: bool,
     """Attach FILE to SUBJECT (REGISTRY/REPO@sha256:... of a bundle index) as a referrer."""
     store, _, reference = open_registry(subject, plain_http, ca_bundle, auth_file)
     try:
-        digest = attach_file(store, reference, file.read_bytes(), artifact_type, file.name)
+        try:
+            data = read_bounded(file, max_bytes=_MAX_ATTACHED, what=str(file))  # never a FIFO
+        except MalformedDocument as err:
+            raise UsageError(str(err)) from None
+        digest = attach_file(store, reference, data, artifact_type, file.name)
     finally:
         store.close()
     if as_json:

@@ -9,6 +9,7 @@ never extracted, so hostile paths inside the tarball cannot land anywhere.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import tarfile
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from specbundle.errors import VerificationError
-from specbundle.strict import loads_json
+from specbundle.strict import loads_json, open_regular
 
 __all__ = ["ArchiveInfo", "inspect_archive"]
 
@@ -64,8 +65,9 @@ def inspect_archive(source: Path | BinaryIO, *, check_layers: bool = True) -> Ar
     """
     path = source if isinstance(source, Path) else getattr(source, "name", "<archive>")
     try:
-        with (tarfile.open(source, mode="r:") if isinstance(source, Path)
-              else tarfile.open(fileobj=source, mode="r:")) as tar:
+        with (open_regular(source, follow=True) if isinstance(source, Path)  # never a FIFO
+              else contextlib.nullcontext(source)) as fh, \
+                tarfile.open(fileobj=fh, mode="r:") as tar:
             try:
                 manifest = loads_json(_read_member(tar, "manifest.json"), what="manifest.json")
             except KeyError:

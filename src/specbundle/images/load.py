@@ -29,6 +29,7 @@ from specbundle.errors import EnvironmentProblem, VerificationError
 from specbundle.image_record import ImageRecord
 from specbundle.images.archive import inspect_archive
 from specbundle.images.daemon import connect
+from specbundle.strict import MalformedDocument, open_regular
 
 __all__ = ["LoadedImage", "Vouched", "check_image", "load_images", "vouched_digests"]
 
@@ -143,7 +144,10 @@ def load_images(
         raw = bundle.image_record_bytes(engine) or b""
         path = mirror.object_path(rec.archive_sha256)
         try:
-            fh = path.open("rb")
+            fh = open_regular(path, what=f"image archive {rec.archive_sha256}")
+        except MalformedDocument as err:
+            raise VerificationError(str(err), hint="restore the bundle from a transfer set") \
+                from None
         except FileNotFoundError:
             raise VerificationError(
                 f"image archive {rec.archive_sha256} for {engine} is missing from the mirror"

@@ -29,6 +29,7 @@ from specbundle._fsutil import atomic_write_bytes, canonical_json, disk_error, f
 from specbundle.digest import sha256_bytes
 from specbundle.errors import CorruptMirror, MirrorError
 from specbundle.record import ArtifactRecord, FileEntry
+from specbundle.strict import MalformedDocument, read_mirror_file
 
 if TYPE_CHECKING:
     from specbundle.mirror.store import Mirror
@@ -177,7 +178,10 @@ def write_ref(mirror: Mirror, art: ArtifactRecord) -> None:
     """``refs/<branch-or-tag>`` lets ``HF_HUB_OFFLINE`` resolve a name; a sha needs no ref."""
     if art.commit_kind == "git" and art.requested_revision != art.commit:
         ref = mirror.model_dir(art.repo) / "refs" / safe_rel(art.requested_revision)
-        if ref.is_file() and ref.read_bytes() == art.commit.encode():
-            return
+        try:
+            if read_mirror_file(ref, max_bytes=256) == art.commit.encode():
+                return
+        except (MalformedDocument, OSError):
+            pass  # absent, or not a regular file: replaced below
         atomic_write_bytes(ref, _check_commit(art.commit).encode())
         _faults.point("ref.flipped")

@@ -30,7 +30,7 @@ from specbundle.digest import sha256_bytes
 from specbundle.errors import VerificationError
 from specbundle.mirror.store import Mirror
 from specbundle.record import BundleRecord
-from specbundle.strict import MalformedDocument, loads_json
+from specbundle.strict import MalformedDocument, loads_json, read_mirror_file
 
 if TYPE_CHECKING:
     from specbundle.attest.manifest import BundleManifest
@@ -184,7 +184,11 @@ def live_records(mirror: Mirror, name: str) -> list[BundleRecord]:
         return out
     d = mirror.bundle_dir(name) / "versions"
     for p in sorted(d.glob("*/manifest.json")) if d.is_dir() else ():
-        old = _signed(p.read_bytes(), str(p))
+        try:
+            data = read_mirror_file(p, what=str(p))
+        except (MalformedDocument, OSError) as err:
+            raise VerificationError(f"cannot read {p}: {err}") from None
+        old = _signed(data, str(p))
         if old.digest == pinned:
             out.append(old.record)
     return out

@@ -22,11 +22,17 @@ from typing import Any
 
 from specbundle._fsutil import atomic_write_bytes, tmp_name
 from specbundle.digest import sha256_bytes
-from specbundle.errors import MirrorError, SourceUnavailable, UsageError, VerificationError
+from specbundle.errors import (
+    CorruptMirror,
+    MirrorError,
+    SourceUnavailable,
+    UsageError,
+    VerificationError,
+)
 from specbundle.oci.backend import BlobPush, Progress, bounded, fallback_tag, with_referrer
 from specbundle.oci.media import ANN_REF_NAME, IMAGE_INDEX, MAX_MANIFEST_BYTES, Descriptor, dumps
 from specbundle.oci.ref import valid_tag
-from specbundle.strict import MalformedDocument, loads_json, read_bounded
+from specbundle.strict import MalformedDocument, loads_json, open_regular, read_bounded
 
 __all__ = ["LayoutBackend"]
 
@@ -75,7 +81,11 @@ class LayoutBackend:
             return BlobPush(digest, size, 0, skipped=True)
         tmp = dest.with_name(tmp_name(dest.name, "part"))
         h, n = hashlib.sha256(), 0
-        with path.open("rb") as src, tmp.open("wb") as out:
+        try:
+            src_fh = open_regular(path, what=str(path))  # a mirror object: never a FIFO or link
+        except MalformedDocument as err:
+            raise CorruptMirror(str(err)) from None
+        with src_fh as src, tmp.open("wb") as out:
             while block := src.read(_BLOCK):
                 h.update(block)
                 out.write(block)
@@ -104,7 +114,11 @@ class LayoutBackend:
         p = self._blob(digest)
         if not p.is_file() or p.is_symlink():
             raise SourceUnavailable(f"{self.name} lacks blob {digest}")
-        with p.open("rb") as fh:
+        try:
+            fh = open_regular(p, what=f"{self.name} blob {digest}")
+        except MalformedDocument as err:
+            raise VerificationError(str(err)) from None
+        with fh:
             yield bounded(iter(lambda: fh.read(_BLOCK), b""), size, digest)
 
     def abort(self) -> None:

@@ -27,7 +27,13 @@ import httpx
 
 from specbundle import _faults
 from specbundle._fsutil import atomic_write_bytes
-from specbundle.errors import MirrorError, SourceUnavailable, UsageError, VerificationError
+from specbundle.errors import (
+    CorruptMirror,
+    MirrorError,
+    SourceUnavailable,
+    UsageError,
+    VerificationError,
+)
 from specbundle.netlimits import NetLimits, RateWatch
 from specbundle.oci.auth import Credentials
 from specbundle.oci.backend import BlobPush, Progress, bounded, fallback_tag, with_referrer
@@ -35,7 +41,7 @@ from specbundle.oci.blobget import BodyCut, stream_get
 from specbundle.oci.media import IMAGE_INDEX, IMAGE_MANIFEST, MAX_MANIFEST_BYTES, Descriptor, dumps
 from specbundle.oci.ref import Reference, is_loopback
 from specbundle.oci.tokenauth import MAX_REPLY, TokenAuth, read_capped
-from specbundle.strict import MalformedDocument, loads_json
+from specbundle.strict import MalformedDocument, loads_json, open_regular, read_bounded
 
 __all__ = ["DEFAULT_CHUNK", "MAX_CHUNK", "MIN_CHUNK", "RegistryBackend", "RegistryOptions"]
 
@@ -195,7 +201,8 @@ class RegistryBackend:
         if sp is None or not sp.is_file():
             return None
         try:
-            location = str(loads_json(sp.read_bytes(), max_bytes=65536)["location"])
+            raw = read_bounded(sp, max_bytes=65536, follow=False)  # never blocks on a FIFO
+            location = str(loads_json(raw, max_bytes=65536)["location"])
             resp = self._client.get(self._abs(location))
         except (MalformedDocument, KeyError, TypeError, OSError, httpx.HTTPError):
             return None
@@ -221,7 +228,7 @@ class RegistryBackend:
         resumed = self._resume(digest)
         if resumed is not None:
             location, offset = resumed
-            with path.open("rb") as fh:  # re-hash only what the killed run already sent
+            with _open_blob(path) as fh:  # re-hash only what the killed run already sent
                 left = offset
                 while left and (block := fh.read(min(_BLOCK, left))):
                     h.update(block)
@@ -229,7 +236,7 @@ class RegistryBackend:
         else:
             resp = self._req("POST", f"/v2/{self.repo}/blobs/uploads/", ok=(202,))
             location, offset = resp.headers["location"], 0
-        with path.open("rb") as fh:
+        with _open_blob(path) as fh:
             fh.seek(offset)
             pos = offset
             if offset == 0 and size <= self.opts.chunk_size:  # one request: PUT with the body
@@ -434,6 +441,14 @@ class RegistryBackend:
         if not isinstance(raw, list):
             raise VerificationError(f"{self.name}: referrers list malformed")
         return [Descriptor.from_json(d, f"referrer of {subject.digest}") for d in raw]
+
+
+def _open_blob(path: Path) -> BinaryIO:
+    """A mirror object to push: a regular file, never a link, FIFO or device."""
+    try:
+        return open_regular(path, what=str(path))
+    except MalformedDocument as err:
+        raise CorruptMirror(str(err), hint="restore the bundle from a transfer set") from None
 
 
 class _NotFound(SourceUnavailable):

@@ -34,6 +34,7 @@ from specbundle.pull.publisher import (
 from specbundle.pull.selection import select_files
 from specbundle.record import ArtifactRecord, BundleRecord, Role
 from specbundle.spec import ArtifactSpec, BundleSpec, dump_spec
+from specbundle.strict import MalformedDocument, read_bounded
 
 __all__ = ["ArtifactPull", "ListingRejected", "PullResult", "pull_bundle", "source_for"]
 
@@ -145,7 +146,9 @@ def _prompts(spec: BundleSpec, spec_dir: Path | None) -> bytes | None:
     if Path(rel).is_absolute() or ".." in Path(rel).parts:
         raise SpecError("must be a relative path next to the spec", field="bench.prompts_file")
     try:
-        return path.read_bytes()
+        return read_bounded(path, what=str(path.absolute()))  # never blocks on a FIFO
+    except MalformedDocument as err:
+        raise SpecError(str(err), field="bench.prompts_file") from None
     except OSError as err:
         raise SpecError(f"cannot read {path.absolute()}: {err.strerror}",
                         field="bench.prompts_file",
@@ -300,7 +303,7 @@ def _commit(spec: BundleSpec, mirror: Mirror, records: dict[str, ArtifactRecord]
         if previous is not None:
             mirror.write_bundle_file(
                 spec.name, f"history/bundle-{previous.created.replace(':', '')}.json",
-                (Path(mirror.bundle_dir(spec.name)) / "bundle.json").read_bytes())
+                mirror.read_bundle_file(spec.name, "bundle.json") or b"")
         pending = _pending(mirror, spec.name, previous, target, draft)
         record = BundleRecord(
             name=spec.name, spec=dump_spec(spec), target=target, draft=draft,

@@ -21,7 +21,7 @@ import filelock
 
 from specbundle._fsutil import atomic_write_json, disk_error
 from specbundle.digest import BLOCK_SIZE, is_sha256
-from specbundle.errors import DigestMismatch, PullError
+from specbundle.errors import CorruptMirror, DigestMismatch, PullError
 from specbundle.mirror import Mirror, model_dir_name
 from specbundle.mirror.lease import Lease
 from specbundle.pull.interface import (
@@ -32,7 +32,7 @@ from specbundle.pull.interface import (
     WriteChunk,
 )
 from specbundle.record import FileEntry
-from specbundle.strict import MalformedDocument, load_json_file
+from specbundle.strict import MalformedDocument, load_json_file, open_regular
 
 __all__ = ["Cancelled", "FetchOutcome", "Journal", "fetch_file"]
 
@@ -168,7 +168,11 @@ def _download(
         offset = 0
     state = _Hashing(f)
     if offset:
-        with part.open("rb") as old:  # re-hash the bytes an interrupted run already wrote
+        try:
+            old = open_regular(part)  # re-hash the bytes an interrupted run already wrote
+        except MalformedDocument as err:
+            raise CorruptMirror(f"staged download: {err}") from None
+        with old:
             while chunk := old.read(BLOCK_SIZE):
                 state.update(chunk)
     try:

@@ -13,6 +13,7 @@ from specbundle._fsutil import canonical_json
 from specbundle.errors import SourceUnavailable
 from specbundle.pull.interface import ModelSource, OpenSink, RemoteFile, ResolvedRevision
 from specbundle.record import FileEntry
+from specbundle.strict import MalformedDocument, open_regular
 
 __all__ = ["DirSource", "content_commit"]
 
@@ -53,11 +54,13 @@ class DirSource(ModelSource):
         """Copy the file's bytes, from ``offset`` when resuming."""
         path = self.root / file.path
         try:
-            with path.open("rb") as fh:
+            with open_regular(path, what=str(path)) as fh:  # never blocks on a FIFO
                 fh.seek(offset)
                 write = sink(True)
                 while chunk := fh.read(_CHUNK):
                     write(chunk)
+        except MalformedDocument as err:
+            raise SourceUnavailable(f"{resolved.repo}: {err}") from None
         except OSError as err:
             raise SourceUnavailable(f"{resolved.repo}: cannot read {path}: {err.strerror}") \
                 from err

@@ -45,7 +45,7 @@ from specbundle.render.targets import TARGETS
 from specbundle.render.vllm import VLLMEngine
 from specbundle.schedule import apply_tuned
 from specbundle.spec import BundleSpec, EngineName, parse_spec
-from specbundle.strict import loads_json
+from specbundle.strict import loads_json, read_bounded
 
 __all__ = [
     "ENGINES",
@@ -158,7 +158,7 @@ def _draft_config(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
     try:
-        value = loads_json((path / "config.json").read_bytes(), what="draft config.json")
+        value = loads_json(read_bounded(path / "config.json"), what="draft config.json")
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None

@@ -33,6 +33,7 @@ from specbundle.render.api import build_serve_command
 from specbundle.render.interface import OFFLINE_ENV, ServeCommand
 from specbundle.render.lint import Finding, LintReport, finding
 from specbundle.spec import BundleSpec, EngineName, parse_spec
+from specbundle.strict import MalformedDocument, open_regular
 
 __all__ = [
     "INSTALL_HINT",
@@ -71,8 +72,10 @@ def find_vllm(env: Mapping[str, str] | None = None) -> Path | None:
 def engine_python(vllm_bin: Path) -> Path:
     """The interpreter a ``vllm`` console script (or launcher) runs under: its shebang."""
     try:
-        with vllm_bin.open("rb") as fh:
+        with open_regular(vllm_bin, follow=True) as fh:  # never blocks on a FIFO
             first = fh.readline(4096).decode("utf-8", "replace").strip()
+    except MalformedDocument as err:
+        raise EnvironmentProblem(str(err), hint=INSTALL_HINT) from None
     except OSError as err:
         raise EnvironmentProblem(f"cannot read {vllm_bin}: {err.strerror}",
                                  hint=INSTALL_HINT) from None

@@ -27,7 +27,7 @@ from specbundle.render.targets import templates_dir
 from specbundle.review.approval import ApprovalStatus, approval_status
 from specbundle.review.diff import DiffReport, diff_sides
 from specbundle.review.sides import OCI_PREFIX, OciAccess, Side, StoreOpener, load_side
-from specbundle.strict import MalformedDocument, loads_json
+from specbundle.strict import MalformedDocument, loads_json, read_mirror_file
 from specbundle.verify.policy import TrustPolicy
 
 __all__ = ["Decision", "Review", "build_review", "render_review_html"]
@@ -151,7 +151,7 @@ def _bench_runs(mirror: Mirror, bundle: str) -> list[dict[str, Any]]:
     root = mirror.bundle_dir(bundle) / "bench"
     for path in sorted(root.glob("*/report.json")) if root.is_dir() else []:
         try:
-            data = path.read_bytes()
+            data = read_mirror_file(path)
             doc = loads_json(data, what="bench report")
         except (OSError, MalformedDocument):
             continue

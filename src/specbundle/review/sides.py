@@ -14,6 +14,7 @@ staging copy that lives until the comparison is done, so a policy is required fo
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, replace
@@ -29,7 +30,7 @@ from specbundle.mirror.versions import SCAN_REPORT, manifest_rel, version_rel
 from specbundle.oci import Backend, look_bundle
 from specbundle.record import BundleRecord
 from specbundle.scan.findings import ScanReport
-from specbundle.strict import MalformedDocument, loads_json, read_bounded
+from specbundle.strict import MalformedDocument, loads_json, read_bounded, read_mirror_file
 from specbundle.transfer import read_index
 from specbundle.verify.policy import TrustPolicy
 
@@ -175,13 +176,30 @@ def _signed_side(label: str, read: Reader, read_object: Reader, version: int,
                 dict(man.images), scan, note, tuple(sigs), read_object)
 
 
+def _object_bytes(path: Path) -> bytes | None:
+    """An object's bytes for the text diff (None when absent or too large to compare); a
+    FIFO, device or link planted in its place is refused, never read."""
+    try:
+        if os.lstat(path).st_size > MAX_COMPARED_BYTES:
+            return None
+        return read_mirror_file(path, max_bytes=MAX_COMPARED_BYTES, what=str(path))
+    except MalformedDocument as err:
+        raise VerificationError(str(err)) from None
+    except OSError:
+        return None
+
+
+def _record_bytes(path: Path) -> bytes:
+    try:
+        return read_mirror_file(path, what=str(path))
+    except (MalformedDocument, OSError) as err:
+        raise VerificationError(f"cannot read image record {path}: {err}") from None
+
+
 def _mirror_object(mirror: Mirror) -> Reader:
     def read(sha: str) -> bytes | None:
         path = mirror.object_path(sha)
-        try:
-            return path.read_bytes() if path.stat().st_size <= MAX_COMPARED_BYTES else None
-        except OSError:
-            return None
+        return _object_bytes(path)
     return read
 
 
@@ -195,7 +213,7 @@ def _mirror_side(mirror: Mirror, name: str, ref: str, policy: TrustPolicy | None
         rec = mirror.load_bundle(name)
         scan, note = _scan(read(SCAN_REPORT), None)
         imgs = mirror.bundle_dir(name) / "images"
-        images = {p.stem: sha256_bytes(p.read_bytes()) for p in sorted(imgs.glob("*.json"))
+        images = {p.stem: sha256_bytes(_record_bytes(p)) for p in sorted(imgs.glob("*.json"))
                   if p.is_file() and not p.is_symlink()} if imgs.is_dir() else {}
         return Side(f"{name} working (unsigned)", rec, None, None, rec.created, {}, images,
                     scan, note, (), _mirror_object(mirror))
@@ -246,17 +264,14 @@ def _transfer_side(folder: Path, policy: TrustPolicy | None) -> Side:
 
     def read_object(sha: str) -> bytes | None:
         path = folder / "objects" / ids.check_digest(sha)
-        try:
-            return path.read_bytes() if path.stat().st_size <= MAX_COMPARED_BYTES else None
-        except OSError:
-            return None
+        return _object_bytes(path)
 
     raw = read(versions.CURRENT_REF)
     text = (raw or b"").decode("ascii", errors="replace").strip()
     if not text.isdigit():
         raise VerificationError(f"{folder}: bundle/current is missing or corrupt")
     images_dir = bundle / version_rel(int(text), "images")
-    images = {p.stem: p.read_bytes() for p in sorted(images_dir.glob("*.json"))
+    images = {p.stem: _record_bytes(p) for p in sorted(images_dir.glob("*.json"))
               if p.is_file() and not p.is_symlink()} if images_dir.is_dir() else {}
     side = _signed_side(f"transfer set {folder.name}", read, read_object, int(text), policy,
                         images)

@@ -8,6 +8,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from specbundle.strict import read_bounded
+
 __all__ = ["MAX_JSON_BYTES", "DuplicateKeys", "load_json", "loads_strict"]
 
 MAX_JSON_BYTES = 256 * 1024 * 1024
@@ -45,8 +47,6 @@ def loads_strict(text: str | bytes) -> Any:
 def load_json(path: Path) -> Any:
     """A model file's JSON (lenient about duplicates), or None if unreadable or too big."""
     try:
-        if path.stat().st_size > MAX_JSON_BYTES:
-            return None
-        return json.loads(path.read_bytes())
+        return json.loads(read_bounded(path, max_bytes=MAX_JSON_BYTES))
     except (OSError, ValueError, RecursionError):
         return None

@@ -25,6 +25,7 @@ from typing import IO
 
 from specbundle.scan.jsonfile import DuplicateKeys, loads_strict
 from specbundle.scan.pickles import looks_like_pickle
+from specbundle.strict import open_regular
 
 __all__ = [
     "ARCHIVE_KINDS", "EXECUTABLE_KINDS", "FileKind", "expected_kinds", "sniff", "sniff_bytes",
@@ -304,7 +305,7 @@ def sniff(path: Path) -> FileKind:
     the start of the file for as long as they parse, never by a byte window. Where two formats
     claim the bytes, each structure is read as far as it takes to parse.
     """
-    with path.open("rb") as fh:
+    with open_regular(path, follow=True) as fh:
         head = fh.read(_HEAD)
         size = fh.seek(0, 2)
 

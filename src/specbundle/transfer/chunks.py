@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from specbundle.digest import BLOCK_SIZE
+from specbundle.errors import VerificationError
+from specbundle.strict import MalformedDocument, open_regular
 from specbundle.transfer.index import Chunk
 
 __all__ = ["CHUNK_DIR", "ChunkWriter", "parse_size", "read_blocks", "read_range"]
@@ -73,9 +75,19 @@ class ChunkWriter:
         return self.chunks
 
 
+def _open(path: Path) -> BinaryIO:
+    """A transfer-set or mirror file, opened only if it is a regular file (never a link,
+    FIFO or device: those would hang or never end the read)."""
+    try:
+        return open_regular(path)
+    except MalformedDocument as err:
+        raise VerificationError(str(err), hint="the transfer set or mirror was tampered with") \
+            from None
+
+
 def read_blocks(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[bytes]:
     """A file's bytes in large blocks, reporting progress."""
-    with path.open("rb") as fh:
+    with _open(path) as fh:
         while block := fh.read(BLOCK_SIZE):
             if progress is not None:
                 progress(len(block))
@@ -90,7 +102,7 @@ def read_range(
     left = size
     while left:
         idx, within = divmod(offset, chunk_size)
-        with (src_dir / CHUNK_DIR / f"chunk-{idx:05d}").open("rb") as fh:
+        with _open(src_dir / CHUNK_DIR / f"chunk-{idx:05d}") as fh:
             fh.seek(within)
             take = min(left, chunk_size - within)
             while take:

@@ -26,9 +26,12 @@ from specbundle.attest.sigstore_oms import (
     open_model_sig_sigstore,
 )
 from specbundle.errors import VerificationError
+from specbundle.strict import MalformedDocument, read_bounded
 from specbundle.verify.diff import Problem, diff_files
 
 __all__ = ["ModelVerification", "ModelVerificationFailed", "verify_model"]
+
+_MAX_SIG_BYTES = 256 * 1024 * 1024  # a signature names every file: large trees, large manifests
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,9 @@ def verify_model(
     """
     sig = signature or model_dir / "model.sig"
     try:
-        data = sig.read_bytes()
+        data = read_bounded(sig, max_bytes=_MAX_SIG_BYTES, what=str(sig))  # never a FIFO
+    except MalformedDocument as err:
+        raise VerificationError(f"cannot read signature: {err}") from None
     except OSError as err:
         raise VerificationError(f"cannot read signature {sig}: {err.strerror}") from err
     identity: CertIdentity | SigstoreIdentity | None = None

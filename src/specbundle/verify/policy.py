@@ -245,8 +245,8 @@ def _with_files(digest: str, p: _Policy, base: Path | None) -> str:
     if not files or base is None:
         return digest
     try:
-        lines = "".join(f"\n{n} {sha256_bytes((base / n).read_bytes())}" for n in files)
-    except OSError as err:
+        lines = "".join(f"\n{n} {sha256_bytes(read_bounded(base / n, what=n))}" for n in files)
+    except (OSError, MalformedDocument) as err:
         raise ValueError(f"a file beside the policy changed while it was read: {err}") from None
     return sha256_bytes(bytes.fromhex(digest) + lines.encode())
 

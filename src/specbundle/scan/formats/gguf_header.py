@@ -42,6 +42,7 @@ from specbundle.scan.formats.gguf_reader import (
 )
 from specbundle.scan.interface import Check, CheckContext
 from specbundle.scan.sniff import FileKind
+from specbundle.strict import open_regular
 
 __all__ = ["GGUFCheck", "GGUFFormatError", "GGUFHeader", "GGUFTensor", "StringArray",
            "load_gguf", "read_gguf"]
@@ -326,7 +327,8 @@ def _padding(h: GGUFHeader, path: Path, in_order: bool) -> Iterator[tuple[str, S
         return
     if not regions:
         return
-    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+    with (open_regular(path, follow=True) as fh,
+          mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm):
         for a, b, why in regions:
             if mm[a:b].count(0) != b - a:
                 yield ("gguf.trailing-bytes", Severity.HIGH, f"non-zero padding {why}")

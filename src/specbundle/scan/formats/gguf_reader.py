@@ -24,6 +24,8 @@ from typing import Any, overload
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
+from specbundle.strict import open_regular
+
 __all__ = ["GGUFFormatError", "GGUFHeader", "GGUFTensor", "StringArray", "read_gguf"]
 
 _MAX_KV = 1 << 16
@@ -371,7 +373,7 @@ def _is_utf8(name: str) -> bool:
 
 def read_gguf(path: Path) -> GGUFHeader:
     """Parse and bound-check a GGUF header; raises :class:`GGUFFormatError`."""
-    with path.open("rb") as fh:
+    with open_regular(path, follow=True) as fh:
         size = fh.seek(0, 2)
         if size < 24:
             raise GGUFFormatError("gguf.bounds", f"{size} bytes: too short for a GGUF header")

@@ -25,6 +25,7 @@ from specbundle.scan.interface import Check, CheckContext
 from specbundle.scan.inventory import ArtifactTree, TreeFile
 from specbundle.scan.jsonfile import DuplicateKeys, loads_strict
 from specbundle.scan.sniff import FileKind
+from specbundle.strict import open_regular
 
 __all__ = ["DTYPE_BITS", "SafetensorsCheck", "StHeader", "StTensor", "read_header", "tensor_bytes"]
 
@@ -88,7 +89,7 @@ def read_header(path: Path, max_header: int) -> StHeader:
         probs.append((cid, sev, msg, ev))
         return StHeader(problems=tuple(probs))
 
-    with path.open("rb") as fh:
+    with open_regular(path, follow=True) as fh:
         size = fh.seek(0, 2)
         fh.seek(0)
         raw_len = fh.read(8)
@@ -305,7 +306,7 @@ def _layout(tensors: dict[str, StTensor], data_len: int,
 def tensor_bytes(path: Path, header: StHeader, name: str) -> bytes:
     """Read one (small) tensor's bytes, e.g. an EAGLE ``d2t`` table."""
     t = header.tensors[name]
-    with path.open("rb") as fh:
+    with open_regular(path, follow=True) as fh:
         fh.seek(header.data_start + t.begin)
         return fh.read(t.end - t.begin)
 

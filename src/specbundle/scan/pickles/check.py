@@ -42,6 +42,7 @@ from specbundle.scan.pickles.zipwalk import (
     walk_zip,
 )
 from specbundle.scan.sniff import FileKind
+from specbundle.strict import open_regular
 
 __all__ = ["PickleCheck"]
 
@@ -67,7 +68,7 @@ def _walk_findings(rel: str, walk: PickleWalk, where: str = "") -> Iterator[Find
 def _zipfile_differs(f: TreeFile, archive: ZipArchive) -> str | None:
     """Python's zipfile is the second reader: it must see exactly the walker's entries."""
     try:
-        with zipfile.ZipFile(f.path) as zf:
+        with open_regular(f.path, follow=True) as fh, zipfile.ZipFile(fh) as zf:
             theirs = [(i.filename, i.header_offset, i.compress_size, i.file_size, i.CRC)
                       for i in zf.infolist()]
     except _ZIP_ERRORS as err:
@@ -238,7 +239,7 @@ class PickleCheck(Check):
                           "pickle passed the allow-list walk (allowed by the spec)", f.rel)
 
     def _raw(self, f: TreeFile, budget: int) -> Iterator[Finding]:
-        with f.path.open("rb") as fh:
+        with open_regular(f.path, follow=True) as fh:
             if _is_tar(fh.read(_TAR_BLOCK)):
                 yield finding("pickle.tar-ambiguous", Severity.CRITICAL,
                               "the file is also a tar archive: torch.load reads it as a legacy "
@@ -391,7 +392,7 @@ class PickleCheck(Check):
                           f"storage {key} is not referenced by data.pkl", rel)
 
     def _npy(self, f: TreeFile, budget: int) -> Iterator[Finding]:
-        with f.path.open("rb") as fh:
+        with open_regular(f.path, follow=True) as fh:
             try:
                 version = npformat.read_magic(fh)
                 if version not in ((1, 0), (2, 0), (3, 0)):  # what numpy.load reads

@@ -30,6 +30,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from specbundle.strict import open_regular
+
 __all__ = ["ZipAmbiguity", "ZipArchive", "ZipEntry", "read_member", "verify_crcs", "walk_zip"]
 
 _EOCD = b"PK\x05\x06"
@@ -294,7 +296,7 @@ def _walk(mm: mmap.mmap | bytes, size: int) -> ZipArchive:
 
 def walk_zip(path: Path) -> ZipArchive:
     """The archive's single reading, or :class:`ZipAmbiguity` saying why there is none."""
-    with path.open("rb") as fh:
+    with open_regular(path, follow=True) as fh:
         size = fh.seek(0, 2)
         if size < 22:
             raise ZipAmbiguity("too short to be a zip archive")
@@ -306,7 +308,7 @@ def read_member(path: Path, entry: ZipEntry, budget: int) -> bytes:
     """One member's bytes, inflated within ``budget`` and checked against its CRC."""
     if entry.usize > budget:
         raise ZipAmbiguity(f"{entry.name}: {entry.usize} bytes, over the {budget}-byte budget")
-    with path.open("rb") as fh:
+    with open_regular(path, follow=True) as fh:
         fh.seek(entry.data_offset)
         raw = fh.read(entry.csize)
     if entry.method == 8:
@@ -330,7 +332,7 @@ def verify_crcs(path: Path, archive: ZipArchive, *, chunk: int = 1 << 20) -> Non
     ``zipfile`` refuses a member whose CRC is wrong, a reader that skips the check returns the
     bytes: a wrong CRC is two readings of one archive.
     """
-    with path.open("rb") as fh:
+    with open_regular(path, follow=True) as fh:
         for e in archive.entries:
             fh.seek(e.data_offset)
             crc, size, left = 0, 0, e.csize

@@ -31,6 +31,7 @@ from specbundle.scan.sniff import FileKind
 from specbundle.scan.templates.policy import lexical_problems, policy_problems
 from specbundle.scan.templates.render import TrialEnvironment, force_branches, trial_render
 from specbundle.scan.templates.walk import Tree
+from specbundle.strict import read_bounded
 
 __all__ = ["EVERY_BRANCH_MAX_BYTES", "TemplateCheck", "analyse_template", "template_changes"]
 
@@ -234,7 +235,8 @@ class TemplateCheck(Check):
                 if f.size > ctx.options.max_template_bytes:
                     yield f.rel, name, _Oversize(f.size, hash_file(f.path))
                     continue
-                yield f.rel, name, f.path.read_bytes().decode("utf-8", errors="surrogateescape")
+                data = read_bounded(f.path, max_bytes=ctx.options.max_template_bytes)
+                yield f.rel, name, data.decode("utf-8", errors="surrogateescape")
             elif f.rel.endswith(".gguf") or ctx.kind(f.path) is FileKind.GGUF:
                 h = load_gguf(ctx, f.path)
                 for key, val in sorted(h.kv.items()) if h else ():
