@@ -22,7 +22,7 @@ from specbundle import _faults
 from specbundle.errors import CorruptMirror, DiskError
 
 __all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_json", "canonical_json",
-           "disk_error", "fsync_dir", "json_bytes", "link_at", "mkdir_at", "open_dir",
+           "disk_error", "fd_path", "fsync_dir", "json_bytes", "link_at", "mkdir_at", "open_dir",
            "open_file_at", "real_dir", "refuse_link_at", "rename_at", "rmtree_at", "tmp_name",
            "unlink_at", "write_at"]
 
@@ -258,6 +258,17 @@ def open_file_at(dfd: int, name: str, where: Path,
         os.close(fd)
         raise
     return fd
+
+
+def fd_path(dfd: int, name: str) -> Path:
+    """A path naming ``name`` in the folder ``dfd`` itself, for an API that takes paths.
+
+    Resolved through ``/proc/self/fd`` (Linux), so it names the folder that was checked even
+    if its path is swapped for a link later; only ``name`` itself is looked up anew (a writer
+    creates it with ``O_EXCL`` or checks it with :func:`refuse_link_at`). Valid while ``dfd``
+    is open.
+    """
+    return Path(f"/proc/self/fd/{dfd}") / name
 
 
 def mkdir_at(dfd: int, name: str, where: Path, mode: int = 0o755) -> str:

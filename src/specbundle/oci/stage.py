@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specbundle import _faults, ids
+from specbundle._fsutil import open_dir, real_dir, rmtree_at
 from specbundle.attest import (
     ATTESTATIONS_FILE,
     Envelope,
@@ -416,9 +417,10 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
     with staging_lock(mirror):
         with mirror.lock():
             _check_version(mirror, name, man.version, man_bytes)  # fail before fetching
-        staging = Mirror.open(
-            mirror.tmp_dir / f"oci-{fetched.source.removeprefix('sha256:')[:24]}", create=True)
-        shutil.rmtree(staging.bundle_dir(name), ignore_errors=True)  # objects resume, not files
+        staging = Mirror.open(real_dir(  # never a link planted as the staging folder
+            mirror.root, f"tmp/oci-{fetched.source.removeprefix('sha256:')[:24]}"), create=True)
+        with open_dir(staging.root, "bundles") as bfd:  # objects resume, not files
+            rmtree_at(bfd, staging.bundle_dir(name).name)
         verified, nobjects, nbytes = _stage_verified(staging, mirror, p, fetched, policy,
                                                      open_blob, progress, workers, abort)
         with mirror.lock():
