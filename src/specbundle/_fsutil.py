@@ -22,9 +22,9 @@ from specbundle import _faults
 from specbundle.errors import CorruptMirror, DiskError
 
 __all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_json", "canonical_json",
-           "disk_error", "fd_path", "fsync_dir", "json_bytes", "link_at", "mkdir_at", "open_dir",
-           "open_file_at", "real_dir", "refuse_link_at", "rename_at", "rmtree_at", "tmp_name",
-           "unlink_at", "write_at"]
+           "disk_error", "fd_path", "fsync_dir", "json_bytes", "link_at", "mkdir_at",
+           "open_dir", "open_file_at", "real_dir", "refuse_link_at", "remove_at", "rename_at",
+           "rmtree_at", "tmp_name", "unlink_at", "write_at"]
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
@@ -293,6 +293,18 @@ def rmtree_at(dfd: int, name: str) -> None:
     else:
         with contextlib.suppress(OSError):
             os.unlink(name, dir_fd=dfd)
+
+
+def remove_at(root: Path, rel: str | PurePosixPath) -> None:
+    """Delete ``root/rel`` (a folder and what it holds, or a file) through its parent's
+    no-follow fd (:func:`open_dir`): a folder on the way swapped for a link is refused, and a
+    link at ``rel`` is unlinked, never what it names emptied. Missing: nothing to do."""
+    rel = PurePosixPath(rel)
+    try:
+        with open_dir(root, rel.parent, create=False) as dfd:
+            rmtree_at(dfd, rel.name)
+    except FileNotFoundError:
+        pass
 
 
 def fsync_dir(path: Path) -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specbundle import _faults, ids
-from specbundle._fsutil import open_dir, real_dir, rmtree_at
+from specbundle._fsutil import open_dir, real_dir, remove_at, rmtree_at
 from specbundle.attest import (
     ATTESTATIONS_FILE,
     Envelope,
@@ -442,6 +442,6 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
             elif not _logged(mirror, name, verified.manifest_digest):
                 # committed by a run whose event was lost (an older release logged last)
                 mirror.append_event("oci-pull", name, {**event, "attestations_added": 0})
-        shutil.rmtree(staging.root, ignore_errors=True)
+        remove_at(mirror.root, f"tmp/{staging.root.name}")
     return StageResult(verified, "unchanged" if unchanged else "pulled", nobjects, nbytes,
                        added, tuple(p.ignored))

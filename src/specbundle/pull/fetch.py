@@ -21,12 +21,13 @@ from typing import Literal
 import filelock
 
 from specbundle._fsutil import (
-    atomic_write_json,
     disk_error,
     fd_path,
+    json_bytes,
     open_dir,
     open_file_at,
     refuse_link_at,
+    write_at,
 )
 from specbundle.digest import BLOCK_SIZE, is_sha256
 from specbundle.errors import DigestMismatch, PullError
@@ -67,6 +68,7 @@ class Journal:
         self._path: Path | None = None
         self._data: dict[str, dict[str, int | str]] = {}
         if commit is not None:
+            self._root = mirror.root
             self._path = mirror.root / "journal" / model_dir_name(repo) / f"{commit}.json"
             try:
                 data = load_json_file(self._path)
@@ -103,7 +105,9 @@ class Journal:
     def _write(self) -> None:
         if self._path is None or not self._dirty:
             return
-        atomic_write_json(self._path, self._data)
+        rel = self._path.parent.relative_to(self._root).as_posix()
+        with open_dir(self._root, rel) as dfd:  # never through a link planted in journal/
+            write_at(dfd, self._path.name, json_bytes(self._data), self._path.parent)
         self._dirty, self._flushed = False, time.monotonic()
 
 

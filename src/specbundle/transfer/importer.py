@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -38,6 +37,7 @@ from specbundle._fsutil import (
     open_dir,
     real_dir,
     refuse_link_at,
+    remove_at,
     rename_at,
     unlink_at,
 )
@@ -415,7 +415,7 @@ def import_bundle(
     idx, index_bytes, _ = read_index(src, policy, mirror)
     digest = sha256_bytes(index_bytes)
     if _check_rollback(mirror, idx, digest):
-        shutil.rmtree(mirror.tmp_dir / f"import-{digest[:24]}", ignore_errors=True)
+        remove_at(mirror.root, f"tmp/import-{digest[:24]}")
         return ImportResult(idx.bundle, idx.version, "unchanged", digest, None)
     if idx.chunk_size is not None:
         _check_chunks(src, idx)
@@ -432,7 +432,7 @@ def _import_locked(src: Path, mirror: Mirror, policy: TrustPolicy, idx: Transfer
                    index_revoked: dict[str, str], progress: Progress | None) -> ImportResult:
     staging_dir = mirror.tmp_dir / f"import-{digest[:24]}"
     if _check_rollback(mirror, idx, digest):
-        shutil.rmtree(staging_dir, ignore_errors=True)  # a run killed after its commit
+        remove_at(mirror.root, f"tmp/{staging_dir.name}")  # a run killed after its commit
         return ImportResult(idx.bundle, idx.version, "unchanged", digest, None)
     # a link planted as the staging folder is refused: Mirror() resolves its root, and a
     # disk error removes the whole staging tree
@@ -473,7 +473,7 @@ def _import_locked(src: Path, mirror: Mirror, policy: TrustPolicy, idx: Transfer
                             bundle=(idx.bundle, verified.version, verified.manifest_digest),
                             head=read_chain(mirror.events_path)[1],
                             revoked=log.from_log | index_revoked)
-    shutil.rmtree(staging.root, ignore_errors=True)
+    remove_at(mirror.root, f"tmp/{staging.root.name}")
     return ImportResult(idx.bundle, idx.version, "imported", digest, verified.report)
 
 
