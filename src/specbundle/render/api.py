@@ -17,6 +17,7 @@ from typing import Any
 from specbundle import __version__
 from specbundle._fsutil import (
     disk_error,
+    fd_path,
     mkdir_at,
     open_dir,
     refuse_link_at,
@@ -324,7 +325,9 @@ def _write_folder(dest: Path, files: list[tuple[str, str, int]], mirror_root: Pa
         try:
             for frel, content, mode in files:
                 parts = PurePosixPath(frel)
-                with open_dir(base, rel.joinpath(stage, *parts.parts[:-1])) as sub:
+                # below the checked folder's fd, not its path: a swap cannot redirect it
+                with open_dir(fd_path(dfd, "."), PurePosixPath(stage, *parts.parts[:-1])) \
+                        as sub:
                     write_at(sub, parts.name, content.encode("utf-8"), dest, mode)
             old = None
             if exists:
