@@ -23,8 +23,8 @@ from specbundle.errors import CorruptMirror, DiskError
 
 __all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_json", "canonical_json",
            "disk_error", "fd_path", "fsync_dir", "json_bytes", "link_at", "mkdir_at",
-           "open_dir", "open_file_at", "real_dir", "refuse_link_at", "remove_at", "rename_at",
-           "rmtree_at", "tmp_name", "unlink_at", "write_at"]
+           "open_append", "open_dir", "open_file_at", "real_dir", "refuse_link_at",
+           "remove_at", "rename_at", "rmtree_at", "tmp_name", "unlink_at", "write_at"]
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
@@ -269,6 +269,14 @@ def fd_path(dfd: int, name: str) -> Path:
     is open.
     """
     return Path(f"/proc/self/fd/{dfd}") / name
+
+
+def open_append(path: Path) -> int:
+    """An append fd on the log file ``path``, through its folder's no-follow fd (created when
+    missing): a link, FIFO or folder planted as the file or as its folder is refused (exit 3).
+    The folder above it is the caller's (e.g. a run folder under the mirror's checked tmp/)."""
+    with open_dir(path.parent.parent, path.parent.name) as dfd:
+        return open_file_at(dfd, path.name, path.parent)
 
 
 def mkdir_at(dfd: int, name: str, where: Path, mode: int = 0o755) -> str:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -94,8 +93,9 @@ class Mirror:
                              hint="pass the mirror folder as --mirror or $SPECBUNDLE_MIRROR")
         if create:
             try:
+                m.root.mkdir(parents=True, exist_ok=True)  # the root the operator named
                 for sub in ("objects/sha256", "bundles", "tmp"):
-                    (m.root / sub).mkdir(parents=True, exist_ok=True)
+                    real_dir(m.root, sub)  # never through a link planted below it
             except OSError as err:
                 raise EnvironmentProblem(
                     f"cannot create the mirror at {m.root}: {err.strerror}") from err
@@ -129,12 +129,16 @@ class Mirror:
 
     def new_temp_path(self, hint: str = "obj") -> Path:
         """A fresh, unique temp file path inside the mirror (the file is created empty)."""
-        try:
-            fd, name = tempfile.mkstemp(prefix=f".{hint}.", suffix=".tmp", dir=self.tmp_dir)
-        except OSError as err:
-            raise disk_error(err, self.tmp_dir, what="creating a temp file in") from err
+        name = tmp_name(hint)
+        with open_dir(self.root, "tmp") as dfd:  # never a link planted as tmp/
+            try:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+            except OSError as err:
+                raise disk_error(err, self.root / "tmp", what="creating a temp file in") \
+                    from err
         os.close(fd)
-        return Path(name)
+        return self.root / "tmp" / name
 
     # -- objects ----------------------------------------------------------------------------
     def object_path(self, sha256: str) -> Path:

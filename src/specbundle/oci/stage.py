@@ -22,16 +22,13 @@ closed; a model.sig is still staged when no candidate opens, so verify reports t
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from specbundle import _faults, ids
-from specbundle._fsutil import open_dir, real_dir, remove_at, rmtree_at
+from specbundle._fsutil import mkdir_at, open_dir, real_dir, remove_at, rmtree_at
 from specbundle.attest import (
     ATTESTATIONS_FILE,
     Envelope,
@@ -227,10 +224,9 @@ def _stage_objects(staging: Mirror, mirror: Mirror, man: BundleManifest, fetched
         if staging.has_object(sha, size):
             continue
         if mirror.has_object(sha, size):
-            dest = staging.object_path(sha)
-            dest.parent.mkdir(parents=True, exist_ok=True)
             try:
-                os.link(mirror.object_path(sha), dest)  # verify_bundle re-hashes it
+                with open_dir(staging.root, f"objects/sha256/{sha[:2]}") as dfd:
+                    os.link(mirror.object_path(sha), sha, dst_dir_fd=dfd)  # re-hashed by verify
                 continue
             except OSError:
                 pass
@@ -393,13 +389,15 @@ def staged_copy(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open_blob
         BundleVerificationFailed: the staged bundle fails verification (exit 3).
     """
     picked = _pick(mirror, fetched, policy)
-    root = Path(tempfile.mkdtemp(prefix="look-", dir=mirror.tmp_dir))
+    with open_dir(mirror.root, "tmp") as tfd:  # never a link planted as tmp/
+        look = mkdir_at(tfd, "look", mirror.root / "tmp")
+    root = mirror.root / "tmp" / look
     try:
         staging = Mirror.open(root, create=True)
         yield _stage_verified(staging, mirror, picked, fetched, policy, open_blob, progress,
                               workers, abort)[0]
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        remove_at(mirror.root, f"tmp/{look}")
 
 
 def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open_blob: OpenBlob,

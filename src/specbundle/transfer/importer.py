@@ -271,10 +271,10 @@ def _link_existing(mirror: Mirror, staging: Mirror, part: Part) -> bool:
     """Reuse an object the mirror already holds (verify_bundle re-hashes it in staging)."""
     if not mirror.has_object(part.sha256, part.size):
         return False
-    dest = staging.object_path(part.sha256)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    sha = part.sha256
     try:
-        os.link(mirror.object_path(part.sha256), dest)
+        with open_dir(staging.root, f"objects/sha256/{sha[:2]}") as dfd:  # no planted link
+            os.link(mirror.object_path(sha), sha, dst_dir_fd=dfd)
     except OSError:
         return False
     return True
