@@ -143,3 +143,46 @@ def test_pull_never_downloads_through_a_planted_partial_folder(tmp_path: Path, v
         _pull(tmp_path, m)
     _refused(err, "symbolic link")
     _untouched(victim)
+
+
+def test_pull_never_writes_its_journal_through_a_planted_link(tmp_path: Path,
+                                                              victim: Path) -> None:
+    """The journal is a cache (a refused write costs re-downloads only): the pull completes
+    and nothing lands in the folder the link names."""
+    m = Mirror.open(tmp_path / "m", create=True)
+    _plant(m.root / "journal", "link", victim)
+    _pull(tmp_path, m)
+    assert m.bundle_names() == ["one"]
+    _untouched(victim)
+
+
+@pytest.mark.parametrize("planted", ["tmp", "objects"])
+def test_small_objects_are_never_stored_through_a_planted_link(tmp_path: Path, victim: Path,
+                                                               planted: str) -> None:
+    m = Mirror.open(tmp_path / "m", create=True)
+    assert m.has_object(m.put_bytes(b"twin"))
+    _plant(m.root / planted, "link", victim)
+    with pytest.raises(CorruptMirror) as err:
+        m.put_bytes(b"record")
+    _refused(err, "symbolic link")
+    _untouched(victim)
+
+
+@pytest.mark.parametrize("what", ["link", "file-link", "fifo"])
+def test_mirror_files_outside_bundles_refuse_a_planted_path(tmp_path: Path, victim: Path,
+                                                            what: str) -> None:
+    """``Mirror.write_file`` (OCI pull state, and any writer outside ``bundles/``): a folder
+    link on the way is refused; a link or FIFO as the file itself is replaced by the rename,
+    never written through."""
+    m = Mirror.open(tmp_path / "m", create=True)
+    m.write_file("oci/pulls.json", b"{}")  # twin
+    target = m.root / "oci" / "pulls.json"
+    _plant(m.root / "oci" if what == "link" else target, what, victim)
+    if what == "link":
+        with pytest.raises(CorruptMirror) as err:
+            m.write_file("oci/pulls.json", b"{}")
+        _refused(err, "symbolic link")
+    else:
+        m.write_file("oci/pulls.json", b"{}")
+        assert target.is_file() and not target.is_symlink() and target.read_bytes() == b"{}"
+    _untouched(victim)
