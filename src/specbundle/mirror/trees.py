@@ -173,22 +173,21 @@ def _union_files(selections: Iterable[tuple[FileEntry, ...]]) -> tuple[FileEntry
 
 def publish_view(mirror: Mirror, repo: str, commit: str,
                  selections: Iterable[tuple[FileEntry, ...]]) -> Path | None:
-    """Point ``snapshots/<commit>`` at the union tree of the live selections (None: removed)."""
+    """Point ``snapshots/<commit>`` at the union tree of the live selections (None: removed).
+
+    Acts through the ``snapshots`` folder's no-follow fd: a link planted as it (or above it)
+    is refused (exit 3), never written through.
+    """
     mdir = mirror.model_dir(repo)
     link = mdir / "snapshots" / _check_commit(commit)
     files = _union_files(selections)
     try:
-        with open_dir(mirror.root, f"{mdir.name}/snapshots") as dfd:  # never through a link
-            try:
-                st: os.stat_result | None = os.stat(link.name, dir_fd=dfd,
-                                                    follow_symlinks=False)
-            except FileNotFoundError:
-                st = None
-            if not files:
-                if st is not None and stat.S_ISLNK(st.st_mode):
-                    unlink_at(dfd, link.name)
-                return None
+        if not files:
+            _drop_view(mirror, mdir, link.name)
+            return None
+        with open_dir(mirror.root, f"{mdir.name}/snapshots") as dfd:
             tree = build_tree(mirror, repo, commit, files)
+            st = _lstat_at(dfd, link.name)
             if st is not None and not stat.S_ISLNK(st.st_mode):  # an older layout's folder
                 _discard_at(mirror, dfd, link.name)
             if _flip_link(dfd, link.name, os.path.relpath(tree, link.parent)):
@@ -196,6 +195,24 @@ def publish_view(mirror: Mirror, repo: str, commit: str,
     except OSError as err:
         raise disk_error(err, link, what="publishing the Hugging Face view") from err
     return link
+
+
+def _lstat_at(dfd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _drop_view(mirror: Mirror, mdir: Path, name: str) -> None:
+    """Remove the view link ``snapshots/<name>`` if there is one (a folder stays)."""
+    try:
+        with open_dir(mirror.root, f"{mdir.name}/snapshots", create=False) as dfd:
+            st = _lstat_at(dfd, name)
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                unlink_at(dfd, name)
+    except FileNotFoundError:
+        pass  # no snapshots folder: nothing to remove
 
 
 def write_ref(mirror: Mirror, art: ArtifactRecord) -> None:
