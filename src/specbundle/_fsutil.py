@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -21,8 +22,9 @@ from specbundle import _faults
 from specbundle.errors import CorruptMirror, DiskError
 
 __all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_json", "canonical_json",
-           "disk_error", "fsync_dir", "json_bytes", "link_at", "open_dir", "real_dir",
-           "rename_at", "tmp_name", "unlink_at", "write_at"]
+           "disk_error", "fd_path", "fsync_dir", "json_bytes", "link_at", "mkdir_at",
+           "open_append", "open_dir", "open_file_at", "real_dir", "refuse_link_at",
+           "remove_at", "rename_at", "rmtree_at", "tmp_name", "unlink_at", "write_at"]
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
@@ -56,8 +58,8 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _faults.register("fs.dir-opened")
 
 
-def _planted(where: Path) -> CorruptMirror:
-    kind = "a symbolic link" if where.is_symlink() else "not a folder"
+def _planted(where: Path, kind: str | None = None) -> CorruptMirror:
+    kind = kind or ("a symbolic link" if where.is_symlink() else "not a folder")
     return CorruptMirror(f"refusing to write through {where}: it is {kind}",
                          hint="someone planted it in the mirror; remove it and rerun")
 
@@ -208,6 +210,109 @@ def unlink_at(dfd: int, name: str, *, missing_ok: bool = True) -> None:
     except FileNotFoundError:
         if not missing_ok:
             raise
+
+
+def refuse_link_at(dfd: int, name: str, where: Path, *, folder: bool) -> bool:
+    """True if ``name`` exists in ``dfd``; refuses (exit 3) a link, or the wrong kind there.
+
+    ``folder`` says what a writer about to replace ``name`` expects: a folder it swaps whole,
+    or a regular file it rewrites. Checked through the folder's fd, never by following.
+    """
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        raise _planted(where / name, "a symbolic link")
+    if folder and not stat.S_ISDIR(st.st_mode):
+        raise _planted(where / name, "not a folder")
+    if not folder and not stat.S_ISREG(st.st_mode):
+        raise _planted(where / name, "not a regular file")
+    return True
+
+
+def open_file_at(dfd: int, name: str, where: Path,
+                 flags: int = os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode: int = 0o644) -> int:
+    """An fd on the regular file ``name`` in the folder ``dfd``: never a link, FIFO or device.
+
+    Opened non-blocking (a FIFO planted there cannot hang the writer), checked with ``fstat``,
+    then switched back to blocking. ``where`` is the folder's path, for messages only.
+
+    Raises:
+        CorruptMirror: ``name`` is a link, a folder or not a regular file (exit 3).
+        DiskError: it cannot be opened or created.
+    """
+    try:
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode,
+                     dir_fd=dfd)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
+            refuse_link_at(dfd, name, where, folder=False)
+            raise _planted(where / name, "not a regular file") from None
+        raise disk_error(err, where / name, what="opening") from err
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _planted(where / name, "not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def fd_path(dfd: int, name: str) -> Path:
+    """A path naming ``name`` in the folder ``dfd`` itself, for an API that takes paths.
+
+    Resolved through ``/proc/self/fd`` (Linux), so it names the folder that was checked even
+    if its path is swapped for a link later; only ``name`` itself is looked up anew (a writer
+    creates it with ``O_EXCL`` or checks it with :func:`refuse_link_at`). Valid while ``dfd``
+    is open.
+    """
+    return Path(f"/proc/self/fd/{dfd}") / name
+
+
+def open_append(path: Path) -> int:
+    """An append fd on the log file ``path``, through its folder's no-follow fd (created when
+    missing): a link, FIFO or folder planted as the file or as its folder is refused (exit 3).
+    The folder above it is the caller's (e.g. a run folder under the mirror's checked tmp/)."""
+    with open_dir(path.parent.parent, path.parent.name) as dfd:
+        return open_file_at(dfd, path.name, path.parent)
+
+
+def mkdir_at(dfd: int, name: str, where: Path, mode: int = 0o755) -> str:
+    """Create a fresh hidden staging folder beside ``name`` in ``dfd``; returns its name."""
+    tmp = tmp_name(name)
+    try:
+        os.mkdir(tmp, mode, dir_fd=dfd)
+    except OSError as err:
+        raise disk_error(err, where / name, what="creating a staging folder for") from err
+    return tmp
+
+
+def rmtree_at(dfd: int, name: str) -> None:
+    """Delete the folder ``name`` in ``dfd`` and what it holds, never following a link
+    (a link there is unlinked, not its target emptied)."""
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(name, dir_fd=dfd, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dfd)
+
+
+def remove_at(root: Path, rel: str | PurePosixPath) -> None:
+    """Delete ``root/rel`` (a folder and what it holds, or a file) through its parent's
+    no-follow fd (:func:`open_dir`): a folder on the way swapped for a link is refused, and a
+    link at ``rel`` is unlinked, never what it names emptied. Missing: nothing to do."""
+    rel = PurePosixPath(rel)
+    try:
+        with open_dir(root, rel.parent, create=False) as dfd:
+            rmtree_at(dfd, rel.name)
+    except FileNotFoundError:
+        pass
 
 
 def fsync_dir(path: Path) -> None:

@@ -114,3 +114,35 @@ def test_checkpoints_chain_to_their_predecessor(tmp_path: Path) -> None:
     cps.write_bytes(b"\n".join([lines[0], lines[2]]) + b"\n")  # the middle one deleted
     check = verify_events(s.mirror, [s.key.public])
     assert any("does not chain to line" in p for p in check.problems)
+
+
+@pytest.mark.parametrize("what", ["file-link", "fifo", "folder", "dir-link"])
+def test_a_checkpoint_file_planted_as_a_link_fifo_or_folder_is_refused(
+        mirror: Mirror, tmp_path: Path, what: str) -> None:
+    """Issue 22 item 1: the append goes through ``audit/``'s no-follow fd to a regular file
+    only; a FIFO would hang it, a link would append to a file outside the mirror."""
+    import os
+
+    from specbundle.audit.checkpoint import CHECKPOINTS_FILE
+    from specbundle.errors import CorruptMirror
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("precious")
+    path = mirror.root / CHECKPOINTS_FILE
+    path.parent.mkdir()
+    if what == "dir-link":
+        path.parent.rmdir()
+        path.parent.symlink_to(victim, target_is_directory=True)
+    elif what == "file-link":
+        path.symlink_to(victim / "keep")
+    elif what == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    with pytest.raises(CorruptMirror) as err:
+        write_checkpoint(mirror, [generate_key("ed25519")])
+    assert err.value.exit_code == 3 and "\n" not in err.value.message
+    assert ("symbolic link" if "link" in what else "not a regular file") in err.value.message
+    assert sorted(p.name for p in victim.iterdir()) == ["keep"]
+    assert (victim / "keep").read_text() == "precious"

@@ -60,3 +60,35 @@ def test_engine_dies_when_the_benchmark_is_killed(tmp_path: Path) -> None:
         if driver.poll() is None:
             driver.kill()
         subprocess.run(["pkill", "-f", f"http.server {port}"], check=False)
+
+
+@pytest.mark.parametrize("what", ["link", "fifo", "dir-link"])
+def test_an_engine_log_planted_as_a_link_or_fifo_is_refused_before_the_start(
+        tmp_path: Path, what: str) -> None:
+    """Issue 22 item 1: the engine's log under the run folder is opened through that
+    folder's no-follow fd: a planted link is never appended to, a FIFO never hangs it, and
+    nothing is started."""
+    from specbundle.bench.servers import launch
+    from specbundle.errors import CorruptMirror
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("precious")
+    run = tmp_path / "tmp" / "bench-r1"
+    run.parent.mkdir()
+    if what == "dir-link":
+        run.symlink_to(victim, target_is_directory=True)
+    else:
+        run.mkdir()
+        if what == "link":
+            (run / "spec.log").symlink_to(victim / "keep")
+        else:
+            os.mkfifo(run / "spec.log")
+    argv = [sys.executable, "-c", "raise SystemExit('must not start')"]
+    with pytest.raises(CorruptMirror) as err, \
+            launch(argv, env={}, host="127.0.0.1", port=free_port(), log=run / "spec.log",
+                   timeout=5):
+        pass
+    assert err.value.exit_code == 3 and "\n" not in err.value.message
+    assert sorted(p.name for p in victim.iterdir()) == ["keep"]
+    assert (victim / "keep").read_text() == "precious"

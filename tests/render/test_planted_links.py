@@ -133,3 +133,52 @@ def test_renders_of_one_bundle_side_by_side_each_create_the_aliases(
         assert sorted(p.name for p in models.iterdir()) == ["draft", "target"]  # no temp left
         assert all((models / n).is_symlink() and (models / n).resolve().is_dir()
                    for n in ("draft", "target"))
+
+
+@pytest.mark.parametrize("what", ["file", "fifo"])
+def test_a_file_or_fifo_planted_as_the_render_folder_is_refused(
+        mirror: Mirror, bundle: BundleFactory, tmp_path: Path, what: str) -> None:
+    """The render swap goes through the engine folder's no-follow fd: what stands where the
+    target folder goes must be a folder, and nothing else is moved or deleted."""
+    import os
+
+    bundle()
+    dest = mirror.bundle_dir("llama-pair") / "render" / "llamacpp" / "shell"
+    dest.parent.mkdir(parents=True)
+    if what == "fifo":
+        os.mkfifo(dest)
+    else:
+        dest.write_text("planted")
+    with pytest.raises(CorruptMirror, match="not a folder") as err:
+        render_bundle(read_unsigned(mirror, "llama-pair"), "llamacpp", "shell",
+                      image_digest=DIGEST)
+    assert err.value.exit_code == 3 and "\n" not in err.value.message
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["shell"]  # no staging left
+
+
+def test_the_render_folder_swapped_for_a_link_after_the_check_is_not_followed(
+        mirror: Mirror, bundle: BundleFactory, tmp_path: Path) -> None:
+    """The engine folder is replaced by a link right after it was opened and checked: the
+    swap still lands in the folder that was checked, never in the victim."""
+    from specbundle import _faults
+
+    bundle()
+    victim = _victim(tmp_path)
+    value = read_unsigned(mirror, "llama-pair")
+    render_bundle(value, "llamacpp", "shell", image_digest=DIGEST)
+    engine_dir = mirror.bundle_dir("llama-pair") / "render" / "llamacpp"
+    swapped: list[Path] = []
+    seen: list[object] = []
+
+    def swap(opened: object) -> None:  # the 1st open is render's check, the 2nd the swap's
+        seen.append(opened)
+        if opened == engine_dir and seen.count(engine_dir) == 2:
+            engine_dir.rename(engine_dir.with_name("llamacpp.aside"))
+            engine_dir.symlink_to(victim, target_is_directory=True)
+            swapped.append(engine_dir)
+
+    with _faults.hook("fs.dir-opened", swap):
+        render_bundle(value, "llamacpp", "shell", image_digest=DIGEST)
+    assert swapped
+    assert sorted(p.name for p in victim.iterdir()) == ["keep"]
+    assert (engine_dir.with_name("llamacpp.aside") / "shell" / "command.json").is_file()

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from specbundle import attest
 from specbundle.audit.revocation import revoke_key
-from specbundle.errors import SpecError, VerificationError
+from specbundle.digest import sha256_bytes
+from specbundle.errors import CorruptMirror, SpecError, VerificationError
 from specbundle.mirror import Mirror
 from specbundle.transfer import export_bundle, import_bundle
 from specbundle.verify import BundleVerificationFailed, load_policy, verify_bundle
@@ -173,3 +175,57 @@ def test_a_record_naming_unsafe_identifiers_is_malformed(signed: Signed, field: 
     path.write_text(json.dumps(rec))
     with pytest.raises(MirrorError, match="malformed"):
         signed.mirror.load_bundle("pair")
+
+
+def _victim(tmp: Path) -> Path:
+    victim = tmp / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("precious")
+    return victim
+
+
+def _staging(src: Path, dest: Mirror) -> Path:
+    """Where import stages this set: ``tmp/import-<index digest>``."""
+    return dest.root / "tmp" / f"import-{sha256_bytes((src / 'index.json').read_bytes())[:24]}"
+
+
+def test_a_link_planted_as_the_import_staging_folder_is_refused(signed: Signed,
+                                                                tmp_path: Path) -> None:
+    """Item 1: the staging folder under the mirror's tmp/ is opened no-follow; a link there
+    would have made import write (and, on a disk error, delete) the folder it names."""
+    src = _set(signed, tmp_path)
+    victim = _victim(tmp_path)
+    dest = Mirror.open(tmp_path / "iso", create=True)
+    _staging(src, dest).symlink_to(victim, target_is_directory=True)
+    with pytest.raises(CorruptMirror, match="symbolic link") as err:
+        import_bundle(src, dest, signed.policy)
+    assert err.value.exit_code == 3 and "\n" not in err.value.message
+    assert sorted(p.name for p in victim.iterdir()) == ["keep"]
+    assert dest.bundle_names() == []
+
+
+@pytest.mark.parametrize("what", ["link", "fifo", "folder"])
+def test_a_staged_part_planted_as_a_link_fifo_or_folder_is_refused(
+        signed: Signed, tmp_path: Path, what: str) -> None:
+    """A part's staging file is written and renamed through its folder's fd: what stands on
+    its name must be a regular file (a FIFO would hang the hash, a link would be read)."""
+    src = _set(signed, tmp_path)
+    victim = _victim(tmp_path)
+    dest = Mirror.open(tmp_path / "iso", create=True)
+    env = attest.Envelope.from_json(json.loads((src / "index.json").read_bytes()))
+    sha = next(p["sha256"] for p in attest.parse_statement(env.payload).predicate["parts"]
+               if p["path"].startswith("objects/"))
+    staged = _staging(src, dest) / "tmp" / f"{sha}.staged"
+    staged.parent.mkdir(parents=True)
+    if what == "link":
+        staged.symlink_to(victim / "keep")
+    elif what == "fifo":
+        os.mkfifo(staged)
+    else:
+        staged.mkdir()
+    with pytest.raises(CorruptMirror) as err:
+        import_bundle(src, dest, signed.policy)
+    assert err.value.exit_code == 3
+    assert ("symbolic link" if what == "link" else "not a regular file") in err.value.message
+    assert (victim / "keep").read_text() == "precious" and dest.bundle_names() == []
+    import_bundle(src, Mirror.open(tmp_path / "twin", create=True), signed.policy)  # twin

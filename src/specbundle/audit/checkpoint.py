@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specbundle._fsutil import open_dir, open_file_at
 from specbundle.attest import (
     LOG_CHECKPOINT_V1,
     Envelope,
@@ -234,8 +235,8 @@ def write_checkpoint(mirror: Mirror, keys: Sequence[SigningKey]) -> Checkpoint:
                             mirror=mirror.root.name, previous=previous))
         env = sign_statement(st, keys)
         path = _path(mirror)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        with open_dir(mirror.root, Path(CHECKPOINTS_FILE).parent.as_posix()) as dfd:
+            fd = open_file_at(dfd, path.name, path.parent)  # a link, FIFO or folder: refused
         try:
             os.write(fd, env.to_line() + b"\n")
             os.fsync(fd)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specbundle import __version__
-from specbundle._fsutil import real_dir
+from specbundle._fsutil import real_dir, remove_at
 from specbundle.bench import stats
 from specbundle.bench.analysis import (
     AnalysisInputs,
@@ -333,6 +333,6 @@ def run_bench(bundle: Bundle, *, engine: str = "llamacpp",
         _store(mirror, report, log_dir)
         return report
     finally:
-        shutil.rmtree(log_dir, ignore_errors=True)
+        remove_at(mirror.root, log_dir.relative_to(mirror.root).as_posix())
         if private is not None:
             shutil.rmtree(private, ignore_errors=True)

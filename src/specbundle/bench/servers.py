@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from specbundle._fsutil import open_append
 from specbundle.bench.prometheus import Scrape, parse_scrape
 from specbundle.errors import BenchError
 from specbundle.strict import MalformedDocument, open_regular
@@ -112,9 +113,8 @@ def launch(argv: Sequence[str], *, env: Mapping[str, str], host: str, port: int,
     """Run ``argv`` (a script or a server command) and yield its base URL once healthy."""
     if host not in _LOCAL:
         raise BenchError(f"the benchmark starts engines on loopback only, not {host!r}")
-    log.parent.mkdir(parents=True, exist_ok=True)
     full_env = {**os.environ, **env, "NO_PROXY": "127.0.0.1,localhost"}
-    with log.open("ab") as out:
+    with os.fdopen(open_append(log), "ab") as out:  # never through a planted link
         try:
             proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT,
                                     env=full_env, start_new_session=True,

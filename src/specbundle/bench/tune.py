@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specbundle import __version__
-from specbundle._fsutil import real_dir
+from specbundle._fsutil import real_dir, remove_at
 from specbundle.attest import (
     SigningKey,
     Statement,
@@ -226,7 +226,7 @@ def run_tune(bundle: Bundle, *, engine: str = "llamacpp",
         rounds, reason = sweep.run(runner.rounds, ci_confidence)
         elapsed = time.monotonic() - t0
     finally:
-        shutil.rmtree(log_dir, ignore_errors=True)
+        remove_at(mirror.root, log_dir.relative_to(mirror.root).as_posix())
         if man is not None:
             shutil.rmtree(man.private, ignore_errors=True)
     base, arms = sweep.throughputs()

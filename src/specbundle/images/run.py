@@ -36,6 +36,7 @@ import httpx
 from docker.models.containers import Container
 from docker.types import DeviceRequest, Mount
 
+from specbundle._fsutil import open_append
 from specbundle.errors import BenchError, UsageError
 from specbundle.image_record import ImageRecord
 from specbundle.images.daemon import connect
@@ -117,8 +118,7 @@ def _save_logs(container: Container, log: Path) -> None:
     """Keep the engine's whole output (the benchmark stores it with the run)."""
     with contextlib.suppress(docker.errors.DockerException, OSError):
         data = bytes(container.logs(stdout=True, stderr=True))
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("ab") as fh:
+        with os.fdopen(open_append(log), "ab") as fh:  # never through a planted link
             fh.write(data)
 
 

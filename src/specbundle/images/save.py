@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 from collections.abc import Callable, Sequence
 
 import docker
 import docker.errors
 from docker.models.images import Image
 
-from specbundle._fsutil import canonical_json
+from specbundle._fsutil import canonical_json, open_dir, open_file_at
 from specbundle.errors import EnvironmentProblem, UsageError
 from specbundle.image_record import ImageRecord, image_record_path, read_image_records
 from specbundle.images.daemon import connect, daemon_version
@@ -87,7 +88,9 @@ def _save_one(
     h = hashlib.sha256()
     size = 0
     try:
-        with tmp.open("wb") as fh:
+        with open_dir(mirror.root, "tmp") as dfd:  # the temp file itself, never a link
+            fd = open_file_at(dfd, tmp.name, tmp.parent, os.O_WRONLY | os.O_TRUNC)
+        with os.fdopen(fd, "wb") as fh:
             for chunk in image.save(named=True):
                 fh.write(chunk)
                 h.update(chunk)

@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specbundle._fsutil import disk_error
+from specbundle._fsutil import disk_error, open_dir, open_file_at
 from specbundle.digest import is_sha256
 from specbundle.errors import CorruptMirror
 
@@ -46,12 +46,9 @@ class Lease:
         d = mirror.root / LEASE_DIR
         self.path = d / f"{self.id}.lease"
         with mirror.lock():  # gc (under the lock) never sees a lease file that is not yet held
-            try:
-                d.mkdir(exist_ok=True)
-                self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND,
-                                               0o644)
-            except OSError as err:
-                raise disk_error(err, self.path, what="taking a writer lease at") from err
+            with open_dir(mirror.root, LEASE_DIR) as dfd:  # never through a planted link
+                self._fd: int | None = open_file_at(dfd, self.path.name, d,
+                                                    os.O_RDWR | os.O_CREAT | os.O_APPEND)
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
     def pin(self, *digests: str | None) -> None:

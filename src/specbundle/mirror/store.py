@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -37,9 +36,11 @@ import filelock
 from specbundle import _faults
 from specbundle._fsutil import (
     disk_error,
+    fd_path,
     json_bytes,
     open_dir,
     real_dir,
+    tmp_name,
     write_at,
 )
 from specbundle.digest import is_sha256, sha256_bytes
@@ -92,8 +93,9 @@ class Mirror:
                              hint="pass the mirror folder as --mirror or $SPECBUNDLE_MIRROR")
         if create:
             try:
+                m.root.mkdir(parents=True, exist_ok=True)  # the root the operator named
                 for sub in ("objects/sha256", "bundles", "tmp"):
-                    (m.root / sub).mkdir(parents=True, exist_ok=True)
+                    real_dir(m.root, sub)  # never through a link planted below it
             except OSError as err:
                 raise EnvironmentProblem(
                     f"cannot create the mirror at {m.root}: {err.strerror}") from err
@@ -127,12 +129,16 @@ class Mirror:
 
     def new_temp_path(self, hint: str = "obj") -> Path:
         """A fresh, unique temp file path inside the mirror (the file is created empty)."""
-        try:
-            fd, name = tempfile.mkstemp(prefix=f".{hint}.", suffix=".tmp", dir=self.tmp_dir)
-        except OSError as err:
-            raise disk_error(err, self.tmp_dir, what="creating a temp file in") from err
+        name = tmp_name(hint)
+        with open_dir(self.root, "tmp") as dfd:  # never a link planted as tmp/
+            try:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+            except OSError as err:
+                raise disk_error(err, self.root / "tmp", what="creating a temp file in") \
+                    from err
         os.close(fd)
-        return Path(name)
+        return self.root / "tmp" / name
 
     # -- objects ----------------------------------------------------------------------------
     def object_path(self, sha256: str) -> Path:
@@ -176,13 +182,10 @@ class Mirror:
         """Store small bytes (a record, an archive index) and return their digest."""
         digest = sha256_bytes(data)
         if not self.has_object(digest, len(data)):
-            tmp = self.new_temp_path("bytes")
-            try:
-                tmp.write_bytes(data)
-            except OSError as err:
-                tmp.unlink(missing_ok=True)
-                raise disk_error(err, tmp, need=len(data)) from err
-            self.put_object(tmp, digest)
+            with open_dir(self.root, "tmp") as dfd:  # never a link planted as tmp/
+                name = tmp_name("bytes")
+                write_at(dfd, name, data, self.root / "tmp")
+                self.put_object(fd_path(dfd, name), digest)
         return digest
 
     # -- model trees (Hugging Face cache layout) --------------------------------------------
@@ -311,11 +314,18 @@ class Mirror:
 
     def write_bundle_file(self, name: str, rel: str, data: bytes) -> Path:
         """Atomically write a stage output file inside a bundle's folder."""
-        rel_path = PurePosixPath(trees.safe_rel(rel))
-        parent = PurePosixPath("bundles", name, *rel_path.parts[:-1])
-        with open_dir(self.root, parent) as dfd:  # a folder swapped for a link: not followed
+        self.bundle_dir(name)
+        return self.write_file(f"bundles/{name}/{trees.safe_rel(rel)}", data)
+
+    def write_file(self, rel: str, data: bytes) -> Path:
+        """Atomically write ``rel`` under the mirror root through its folder's no-follow fd
+        (:func:`~specbundle._fsutil.open_dir`): a link or file planted on the way is refused
+        (exit 3), and a folder swapped for a link after the check is not followed."""
+        rel_path = trees.safe_rel(rel)
+        parent = PurePosixPath(*rel_path.parts[:-1])
+        with open_dir(self.root, parent) as dfd:
             write_at(dfd, rel_path.name, data, self.root / parent)
-        return self.root / parent / rel_path.name
+        return self.root / rel_path
 
     def output_dir(self, name: str, rel: str) -> Path:
         """A stage output folder inside a bundle's folder, every component a real directory

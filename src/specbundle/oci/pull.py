@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from specbundle._fsutil import atomic_write_json
+from specbundle._fsutil import json_bytes
 from specbundle.errors import VerificationError
 from specbundle.mirror import Mirror
 from specbundle.oci.backend import Backend
@@ -260,5 +260,5 @@ def pull_bundle(store: Backend, reference: str, mirror: Mirror, policy: TrustPol
                 mirror.append_event("oci-tag-moved", staged.verified.name,
                                     {"ref": source, "from": prev, "to": digest})
             state[source] = digest
-            atomic_write_json(path, state)
+            mirror.write_file(PULL_STATE, json_bytes(state))  # never through a planted link
     return OciPullResult(staged.verified.name, source, digest, staged, moved)

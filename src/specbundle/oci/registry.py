@@ -26,7 +26,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from specbundle import _faults
-from specbundle._fsutil import atomic_write_bytes
+from specbundle._fsutil import open_dir, write_at
 from specbundle.errors import (
     CorruptMirror,
     MirrorError,
@@ -214,8 +214,10 @@ class RegistryBackend:
 
     def _save_state(self, digest: str, location: str) -> None:
         sp = self._state_path(digest)
-        if sp is not None:
-            atomic_write_bytes(sp, dumps({"location": location}))
+        if sp is not None and self.opts.state_dir is not None:
+            sd = self.opts.state_dir  # its folder is the caller's; below it, no planted link
+            with open_dir(sd.parent, f"{sd.name}/{sp.parent.name}") as dfd:
+                write_at(dfd, sp.name, dumps({"location": location}), sp.parent)
 
     def push_blob(self, digest: str, size: int, path: Path,
                   progress: Progress | None = None) -> BlobPush:

@@ -22,15 +22,13 @@ closed; a model.sig is still staged when no candidate opens, so verify reports t
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from specbundle import _faults, ids
+from specbundle._fsutil import mkdir_at, open_dir, real_dir, remove_at, rmtree_at
 from specbundle.attest import (
     ATTESTATIONS_FILE,
     Envelope,
@@ -226,10 +224,9 @@ def _stage_objects(staging: Mirror, mirror: Mirror, man: BundleManifest, fetched
         if staging.has_object(sha, size):
             continue
         if mirror.has_object(sha, size):
-            dest = staging.object_path(sha)
-            dest.parent.mkdir(parents=True, exist_ok=True)
             try:
-                os.link(mirror.object_path(sha), dest)  # verify_bundle re-hashes it
+                with open_dir(staging.root, f"objects/sha256/{sha[:2]}") as dfd:
+                    os.link(mirror.object_path(sha), sha, dst_dir_fd=dfd)  # re-hashed by verify
                 continue
             except OSError:
                 pass
@@ -392,13 +389,15 @@ def staged_copy(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open_blob
         BundleVerificationFailed: the staged bundle fails verification (exit 3).
     """
     picked = _pick(mirror, fetched, policy)
-    root = Path(tempfile.mkdtemp(prefix="look-", dir=mirror.tmp_dir))
+    with open_dir(mirror.root, "tmp") as tfd:  # never a link planted as tmp/
+        look = mkdir_at(tfd, "look", mirror.root / "tmp")
+    root = mirror.root / "tmp" / look
     try:
         staging = Mirror.open(root, create=True)
         yield _stage_verified(staging, mirror, picked, fetched, policy, open_blob, progress,
                               workers, abort)[0]
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        remove_at(mirror.root, f"tmp/{look}")
 
 
 def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open_blob: OpenBlob,
@@ -416,9 +415,10 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
     with staging_lock(mirror):
         with mirror.lock():
             _check_version(mirror, name, man.version, man_bytes)  # fail before fetching
-        staging = Mirror.open(
-            mirror.tmp_dir / f"oci-{fetched.source.removeprefix('sha256:')[:24]}", create=True)
-        shutil.rmtree(staging.bundle_dir(name), ignore_errors=True)  # objects resume, not files
+        staging = Mirror.open(real_dir(  # never a link planted as the staging folder
+            mirror.root, f"tmp/oci-{fetched.source.removeprefix('sha256:')[:24]}"), create=True)
+        with open_dir(staging.root, "bundles") as bfd:  # objects resume, not files
+            rmtree_at(bfd, staging.bundle_dir(name).name)
         verified, nobjects, nbytes = _stage_verified(staging, mirror, p, fetched, policy,
                                                      open_blob, progress, workers, abort)
         with mirror.lock():
@@ -440,6 +440,6 @@ def stage_and_commit(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open
             elif not _logged(mirror, name, verified.manifest_digest):
                 # committed by a run whose event was lost (an older release logged last)
                 mirror.append_event("oci-pull", name, {**event, "attestations_added": 0})
-        shutil.rmtree(staging.root, ignore_errors=True)
+        remove_at(mirror.root, f"tmp/{staging.root.name}")
     return StageResult(verified, "unchanged" if unchanged else "pulled", nobjects, nbytes,
                        added, tuple(p.ignored))

@@ -11,6 +11,7 @@ sha256 the hub does not declare.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -19,7 +20,15 @@ from typing import Literal
 
 import filelock
 
-from specbundle._fsutil import atomic_write_json, disk_error
+from specbundle._fsutil import (
+    disk_error,
+    fd_path,
+    json_bytes,
+    open_dir,
+    open_file_at,
+    refuse_link_at,
+    write_at,
+)
 from specbundle.digest import BLOCK_SIZE, is_sha256
 from specbundle.errors import CorruptMirror, DigestMismatch, PullError
 from specbundle.mirror import Mirror, model_dir_name
@@ -59,6 +68,7 @@ class Journal:
         self._path: Path | None = None
         self._data: dict[str, dict[str, int | str]] = {}
         if commit is not None:
+            self._root = mirror.root
             self._path = mirror.root / "journal" / model_dir_name(repo) / f"{commit}.json"
             try:
                 data = load_json_file(self._path)
@@ -95,7 +105,9 @@ class Journal:
     def _write(self) -> None:
         if self._path is None or not self._dirty:
             return
-        atomic_write_json(self._path, self._data)
+        rel = self._path.parent.relative_to(self._root).as_posix()
+        with open_dir(self._root, rel) as dfd:  # never through a link planted in journal/
+            write_at(dfd, self._path.name, json_bytes(self._data), self._path.parent)
         self._dirty, self._flushed = False, time.monotonic()
 
 
@@ -140,28 +152,30 @@ def fetch_file(
             progress.advance(task, entry.size)
         return FetchOutcome(entry, "reused")
     key = hashlib.sha256(f"{resolved.repo}\0{resolved.commit}\0{f.path}".encode()).hexdigest()
-    pdir = mirror.tmp_dir / "partial"
-    try:
-        pdir.mkdir(exist_ok=True)
-    except OSError as err:
-        raise disk_error(err, pdir, what="creating") from err
-    part = pdir / f"{key}.part"
-    try:
-        with filelock.FileLock(str(pdir / f"{key}.lock"), timeout=_LOCK_TIMEOUT_S):
-            entry = _reuse(mirror, journal, f)  # a concurrent pull may have finished it
-            if entry is not None:
-                return FetchOutcome(entry, "reused")
-            return _download(mirror, source, resolved, f, journal, part, progress, task,
-                             cancel or threading.Event(), lease)
-    except filelock.Timeout as err:
-        raise PullError(f"{f.path}: another pull holds its download lock") from err
+    # the partial folder is opened no-follow and used through its fd: a link planted as
+    # tmp/ or tmp/partial, or as the part file, is refused (never written through)
+    with open_dir(mirror.root, "tmp/partial") as pfd:
+        pdir = mirror.root / "tmp" / "partial"
+        try:
+            with filelock.FileLock(str(fd_path(pfd, f"{key}.lock")), timeout=_LOCK_TIMEOUT_S):
+                entry = _reuse(mirror, journal, f)  # a concurrent pull may have finished it
+                if entry is not None:
+                    return FetchOutcome(entry, "reused")
+                refuse_link_at(pfd, f"{key}.part", pdir, folder=False)
+                return _download(mirror, source, resolved, f, journal, (pfd, f"{key}.part"),
+                                 progress, task, cancel or threading.Event(), lease)
+        except filelock.Timeout as err:
+            raise PullError(f"{f.path}: another pull holds its download lock") from err
 
 
 def _download(
     mirror: Mirror, source: ModelSource, resolved: ResolvedRevision, f: RemoteFile,
-    journal: Journal, part: Path, progress: ProgressSink | None, task: object,
+    journal: Journal, at: tuple[int, str], progress: ProgressSink | None, task: object,
     cancel: threading.Event, lease: Lease | None,
 ) -> FetchOutcome:
+    pfd, name = at
+    part = fd_path(pfd, name)  # names the checked partial folder, whatever its path becomes
+    shown = mirror.root / "tmp" / "partial" / name  # for messages
     offset = part.stat().st_size if part.exists() else 0
     if f.size is not None and offset > f.size:
         part.unlink()
@@ -176,9 +190,9 @@ def _download(
             while chunk := old.read(BLOCK_SIZE):
                 state.update(chunk)
     try:
-        fh = part.open("ab", buffering=0)  # unbuffered: a full disk fails in write, not close
-    except OSError as err:
-        raise disk_error(err, part, need=f.size, what="downloading into") from err
+        fh = os.fdopen(open_file_at(pfd, name, shown.parent), "ab", buffering=0)  # unbuffered:
+    except OSError as err:  # a full disk fails in write, not close
+        raise disk_error(err, shown, need=f.size, what="downloading into") from err
     with fh:
 
         def sink(ranged: bool) -> WriteChunk:
@@ -195,7 +209,7 @@ def _download(
                         raise OSError(28, "short write")
                 except OSError as err:
                     left = None if f.size is None else f.size - state.size
-                    raise disk_error(err, part, need=left, what="downloading into") from err
+                    raise disk_error(err, shown, need=left, what="downloading into") from err
                 state.update(chunk)
                 if progress is not None and task is not None:
                     progress.advance(task, len(chunk))

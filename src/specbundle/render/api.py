@@ -9,15 +9,23 @@ fully written folder. Nothing here touches the network.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from specbundle import __version__
-from specbundle._fsutil import atomic_write_bytes, fsync_dir
+from specbundle._fsutil import (
+    disk_error,
+    fd_path,
+    mkdir_at,
+    open_dir,
+    refuse_link_at,
+    rename_at,
+    rmtree_at,
+    tmp_name,
+    write_at,
+)
 from specbundle.bundle import Bundle
 from specbundle.errors import (
     CorruptMirror,
@@ -263,13 +271,13 @@ def render_bundle(
     if elsewhere:
         # Output that goes elsewhere writes nothing to the mirror, which a deployment node
         # often mounts read-only: no lock, no event (the output folder is the record).
-        written = _write_folder(dest, out)
+        written = _write_folder(dest, out, mirror.root)
         return RenderResult(name, eng_name, tgt.name, dest, tuple(written), cmd, base, report,
                             bundle.custody(),
                             (f"output outside the mirror: nothing written to {mirror.root}, "
                              "no render event logged",), contents)
     with mirror.lock():  # one writer swaps a render folder at a time
-        written = _write_folder(dest, out)
+        written = _write_folder(dest, out, mirror.root)
         mirror.append_event("render", name, {
             "engine": eng_name.value, "target": tgt.name, "out_dir": str(dest),
             "image": cmd.image, "files": [p.name for p in written],
@@ -291,36 +299,47 @@ def _check_objects(mirror: Mirror, record: BundleRecord) -> None:
                                  "each one")
 
 
-def _write_folder(dest: Path, files: list[tuple[str, str, int]]) -> list[Path]:
+def _write_folder(dest: Path, files: list[tuple[str, str, int]], mirror_root: Path
+                  ) -> list[Path]:
     """Write files into a staging folder beside ``dest``, then swap it in whole.
 
-    A ``dest`` that is a link (or not a folder) is refused, never followed or replaced: the
-    swap below would otherwise move and delete whatever the link points at.
+    Under the mirror every folder from its root down is opened no-follow (``open_dir``) and
+    the swap acts through that fd: a ``dest`` (or a folder above it) that is a link or not a
+    folder is refused, never followed or replaced, so the swap cannot move or delete what a
+    planted link points at. A ``--out`` elsewhere is the operator's: its parent is created.
     """
-    dest = dest.parent.resolve() / dest.name
-    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-        raise CorruptMirror(f"refusing to replace {dest}: it is "
-                            + ("a symbolic link" if dest.is_symlink() else "not a folder"),
-                            hint="remove it (someone planted it) and render again")
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    except OSError as err:
-        raise EnvironmentProblem(f"cannot write rendered manifests to {dest}: {err.strerror}",
-                                 hint="pick a writable --out folder") from err
-    try:
-        for rel, content, mode in files:
-            atomic_write_bytes(stage / rel, content.encode("utf-8"), mode)
-        stage.chmod(0o755)
-        old = None
-        if dest.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
-            dest.replace(old)
-        stage.replace(dest)
-        fsync_dir(dest.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    return [dest / rel for rel, _, _ in files]
+    dest = dest.absolute()
+    if dest.is_relative_to(mirror_root):
+        base, rel = mirror_root, PurePosixPath(dest.parent.relative_to(mirror_root).as_posix())
+    else:
+        base, rel = dest.parent, PurePosixPath()
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise EnvironmentProblem(f"cannot write rendered manifests to {dest}: "
+                                     f"{err.strerror}", hint="pick a writable --out folder") \
+                from err
+    with open_dir(base, rel) as dfd:
+        exists = refuse_link_at(dfd, dest.name, dest.parent, folder=True)
+        stage = mkdir_at(dfd, dest.name, dest.parent)
+        try:
+            for frel, content, mode in files:
+                parts = PurePosixPath(frel)
+                # below the checked folder's fd, not its path: a swap cannot redirect it
+                with open_dir(fd_path(dfd, "."), PurePosixPath(stage, *parts.parts[:-1])) \
+                        as sub:
+                    write_at(sub, parts.name, content.encode("utf-8"), dest, mode)
+            old = None
+            if exists:
+                old = tmp_name(dest.name, "old")
+                rename_at(dfd, dest.name, dfd, old)
+            rename_at(dfd, stage, dfd, dest.name)
+            if old is not None:
+                rmtree_at(dfd, old)
+        except OSError as err:
+            rmtree_at(dfd, stage)
+            raise disk_error(err, dest, what="writing rendered manifests to") from err
+        except BaseException:
+            rmtree_at(dfd, stage)
+            raise
+    return [dest / frel for frel, _, _ in files]

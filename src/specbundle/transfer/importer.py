@@ -26,13 +26,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from specbundle import _faults
+from specbundle._fsutil import (
+    fd_path,
+    open_dir,
+    real_dir,
+    refuse_link_at,
+    remove_at,
+    rename_at,
+    unlink_at,
+)
 from specbundle.attest import (
     ATTESTATIONS_FILE,
     Envelope,
@@ -42,7 +50,7 @@ from specbundle.attest import (
 )
 from specbundle.digest import hash_file, sha256_bytes
 from specbundle.errors import MirrorError, VerificationError
-from specbundle.mirror import Mirror, utc_now, versions
+from specbundle.mirror import Mirror, trees, utc_now, versions
 from specbundle.mirror.eventlog import read_chain
 from specbundle.strict import MalformedDocument, loads_json, read_bounded, read_mirror_file
 from specbundle.transfer.chunks import CHUNK_DIR, read_blocks, read_range
@@ -202,33 +210,40 @@ def _check_chunks(src: Path, idx: TransferIndex, *, content: bool = False) -> No
         raise VerificationError("split transfer set is incomplete: " + "; ".join(problems))
 
 
-def _stage_part(src: Path, idx: TransferIndex, part: Part, dest: Path,
-                progress: Progress | None) -> HashedFile:
-    """Copy one part to ``dest``, hashing the bytes written; refuse it unless they match."""
-    if dest.is_file() and not dest.is_symlink() and dest.stat().st_size == part.size:
-        done = hash_existing(dest)
-        if done.sha256 == part.sha256:
-            return done  # verified by an interrupted earlier run
-    if idx.chunk_size is not None and part.offset is not None:
-        blocks: Iterable[bytes] = read_range(src, idx.chunk_size, part.offset, part.size,
-                                             progress)
-    else:
-        p = src / part.path
-        if not p.is_file() or p.is_symlink():
-            raise VerificationError(f"transfer set lacks part {part.path}")
-        blocks = read_blocks(p, progress)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.part")
-    got = write_hashed(blocks, tmp)
-    if got.size != part.size or got.sha256 != part.sha256:
-        tmp.unlink()
-        if idx.chunk_size is not None:
-            _check_chunks(src, idx, content=True)
-        raise VerificationError(f"part {part.path} differs from the index "
-                                f"(expected {part.sha256}, {part.size} B; got {got.sha256}, "
-                                f"{got.size} B)")
-    tmp.replace(dest)
-    return got
+def _stage_part(src: Path, idx: TransferIndex, part: Part, root: Path, dest: PurePosixPath,
+                progress: Progress | None) -> tuple[HashedFile, Path]:
+    """Copy one part to ``root/dest``, hashing the bytes written; refuse it unless they match.
+
+    The staging folder is opened no-follow from ``root`` (the staging mirror) and the part is
+    written and renamed through its fd: a link, FIFO or folder planted on the way is refused.
+    Returns the record and a path to the part valid after the call (through a real folder).
+    """
+    where = root / dest.parent
+    with open_dir(root, dest.parent) as dfd:
+        if refuse_link_at(dfd, dest.name, where, folder=False) and os.stat(
+                dest.name, dir_fd=dfd, follow_symlinks=False).st_size == part.size:
+            done = hash_existing(fd_path(dfd, dest.name))
+            if done.sha256 == part.sha256:
+                return done, root / dest  # verified by an interrupted earlier run
+        if idx.chunk_size is not None and part.offset is not None:
+            blocks: Iterable[bytes] = read_range(src, idx.chunk_size, part.offset, part.size,
+                                                 progress)
+        else:
+            p = src / part.path
+            if not p.is_file() or p.is_symlink():
+                raise VerificationError(f"transfer set lacks part {part.path}")
+            blocks = read_blocks(p, progress)
+        tmp = f".{dest.name}.part"
+        got = write_hashed(blocks, fd_path(dfd, tmp))  # created O_EXCL: never through a link
+        if got.size != part.size or got.sha256 != part.sha256:
+            unlink_at(dfd, tmp)
+            if idx.chunk_size is not None:
+                _check_chunks(src, idx, content=True)
+            raise VerificationError(f"part {part.path} differs from the index "
+                                    f"(expected {part.sha256}, {part.size} B; got "
+                                    f"{got.sha256}, {got.size} B)")
+        rename_at(dfd, tmp, dfd, dest.name)
+    return got, root / dest
 
 
 def _stage(src: Path, idx: TransferIndex, staging: Mirror, mirror: Mirror,
@@ -241,11 +256,14 @@ def _stage(src: Path, idx: TransferIndex, staging: Mirror, mirror: Mirror,
             if staging.has_object(part.sha256, part.size) or _link_existing(mirror, staging,
                                                                              part):
                 continue
-            tmp = staging.tmp_dir / f"{part.sha256}.staged"
-            hashed.append(_stage_part(src, idx, part, tmp, progress))
+            got, tmp = _stage_part(src, idx, part, staging.root,
+                                   PurePosixPath("tmp", f"{part.sha256}.staged"), progress)
+            hashed.append(got)
             staging.put_object(tmp, part.sha256)  # a rename: same inode, same record
         else:
-            _stage_part(src, idx, part, staging.bundle_dir(idx.bundle) / rest, progress)
+            staging.bundle_dir(idx.bundle)  # a valid name
+            _stage_part(src, idx, part, staging.root,
+                        PurePosixPath("bundles", idx.bundle, trees.safe_rel(rest)), progress)
     return hashed
 
 
@@ -253,10 +271,10 @@ def _link_existing(mirror: Mirror, staging: Mirror, part: Part) -> bool:
     """Reuse an object the mirror already holds (verify_bundle re-hashes it in staging)."""
     if not mirror.has_object(part.sha256, part.size):
         return False
-    dest = staging.object_path(part.sha256)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    sha = part.sha256
     try:
-        os.link(mirror.object_path(part.sha256), dest)
+        with open_dir(staging.root, f"objects/sha256/{sha[:2]}") as dfd:  # no planted link
+            os.link(mirror.object_path(sha), sha, dst_dir_fd=dfd)
     except OSError:
         return False
     return True
@@ -397,7 +415,7 @@ def import_bundle(
     idx, index_bytes, _ = read_index(src, policy, mirror)
     digest = sha256_bytes(index_bytes)
     if _check_rollback(mirror, idx, digest):
-        shutil.rmtree(mirror.tmp_dir / f"import-{digest[:24]}", ignore_errors=True)
+        remove_at(mirror.root, f"tmp/import-{digest[:24]}")
         return ImportResult(idx.bundle, idx.version, "unchanged", digest, None)
     if idx.chunk_size is not None:
         _check_chunks(src, idx)
@@ -414,9 +432,11 @@ def _import_locked(src: Path, mirror: Mirror, policy: TrustPolicy, idx: Transfer
                    index_revoked: dict[str, str], progress: Progress | None) -> ImportResult:
     staging_dir = mirror.tmp_dir / f"import-{digest[:24]}"
     if _check_rollback(mirror, idx, digest):
-        shutil.rmtree(staging_dir, ignore_errors=True)  # a run killed after its commit
+        remove_at(mirror.root, f"tmp/{staging_dir.name}")  # a run killed after its commit
         return ImportResult(idx.bundle, idx.version, "unchanged", digest, None)
-    staging = Mirror.open(staging_dir, create=True)
+    # a link planted as the staging folder is refused: Mirror() resolves its root, and a
+    # disk error removes the whole staging tree
+    staging = Mirror.open(real_dir(mirror.root, f"tmp/{staging_dir.name}"), create=True)
     with discard_on_disk_error(staging, sum(p.size for p in idx.parts)):
         hashed = _stage(src, idx, staging, mirror, progress)
     _faults.point("import.staged")
@@ -453,7 +473,7 @@ def _import_locked(src: Path, mirror: Mirror, policy: TrustPolicy, idx: Transfer
                             bundle=(idx.bundle, verified.version, verified.manifest_digest),
                             head=read_chain(mirror.events_path)[1],
                             revoked=log.from_log | index_revoked)
-    shutil.rmtree(staging.root, ignore_errors=True)
+    remove_at(mirror.root, f"tmp/{staging.root.name}")
     return ImportResult(idx.bundle, idx.version, "imported", digest, verified.report)
 
 

@@ -3,14 +3,13 @@ refuses a write leaves no staged bytes behind (their space is what the rerun nee
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import filelock
 
-from specbundle._fsutil import disk_error
+from specbundle._fsutil import disk_error, remove_at
 from specbundle.errors import MirrorError
 from specbundle.mirror import Mirror
 
@@ -26,7 +25,7 @@ def discard_on_disk_error(staging: Mirror, need: int) -> Iterator[None]:
     try:
         yield
     except OSError as err:
-        shutil.rmtree(staging.root, ignore_errors=True)
+        remove_at(staging.root.parent, staging.root.name)  # its own folder, never a link
         where = Path(err.filename) if isinstance(err.filename, str) else staging.root
         raise disk_error(err, where, need=need, what="staging into") from err
 

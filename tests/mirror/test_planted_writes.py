@@ -1,0 +1,188 @@
+"""Every mirror writer refuses a link, FIFO or folder planted on its path (issue 22 item 1).
+
+Each case plants something in place of a folder or file a writer is about to write (model
+trees, the HF view, refs, a writer lease, pull's partial download), pointing at a victim
+folder outside the mirror: the writer stops with exit 3 and a one-line message, and the
+victim is untouched. The benign twin (nothing planted) writes as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from specbundle.errors import CorruptMirror
+from specbundle.mirror import Mirror, trees
+from specbundle.pull import pull_bundle
+from specbundle.record import ArtifactRecord
+from specbundle.spec import load_spec
+from tests.pull.conftest import make_model_dir, spec_text
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    v = tmp_path / "victim"
+    v.mkdir()
+    (v / "keep").write_text("precious")
+    return v
+
+
+def _untouched(victim: Path) -> None:
+    assert sorted(p.name for p in victim.iterdir()) == ["keep"]
+    assert (victim / "keep").read_text() == "precious"
+
+
+def _refused(err: pytest.ExceptionInfo[CorruptMirror], kind: str) -> None:
+    assert err.value.exit_code == 3
+    assert kind in err.value.message and "\n" not in err.value.message
+
+
+def _plant(path: Path, what: str, victim: Path) -> None:
+    """Put a link to ``victim`` (or a FIFO, or a folder) at ``path``, moving what is there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        path.rename(path.with_name(path.name + ".aside"))
+    if what == "link":
+        path.symlink_to(victim, target_is_directory=True)
+    elif what == "file-link":
+        path.symlink_to(victim / "keep")
+    elif what == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+
+
+def _pull(tmp_path: Path, m: Mirror) -> None:
+    make_model_dir(tmp_path / "t", seed=1)
+    make_model_dir(tmp_path / "d", seed=2)
+    text = spec_text("one", "local/t", "local/d", source="dir:X")
+    text = text.replace('source: "dir:X"}\ndraft', 'source: "dir:t"}\ndraft', 1)
+    text = text.replace('source: "dir:X"}', 'source: "dir:d"}')
+    (tmp_path / "one.yaml").write_text(text)
+    pull_bundle(load_spec(tmp_path / "one.yaml"), m)
+
+
+@pytest.fixture
+def pulled(tmp_path: Path) -> tuple[Mirror, ArtifactRecord]:
+    m = Mirror.open(tmp_path / "m", create=True)
+    _pull(tmp_path, m)
+    return m, m.load_bundle("one").target
+
+
+def test_twin_trees_view_and_refs_are_rebuilt_in_place(pulled: tuple[Mirror, ArtifactRecord]
+                                                       ) -> None:
+    m, art = pulled
+    git = dataclasses.replace(art, commit_kind="git", requested_revision="release/v1")
+    with m.lock():
+        tree = m.link_snapshot(art)
+        m.publish(m.load_bundle("one"))
+        trees.write_ref(m, git)
+    ref = m.model_dir(art.repo) / "refs" / "release" / "v1"
+    assert tree.is_dir() and not tree.is_symlink() and ref.read_text() == art.commit
+    assert m.snapshot_dir(art.repo, art.commit).resolve() == tree.resolve()
+
+
+@pytest.mark.parametrize("planted", ["blobs", "trees", "tree"])
+def test_a_link_planted_in_the_model_tree_path_is_refused(
+        pulled: tuple[Mirror, ArtifactRecord], victim: Path, planted: str) -> None:
+    m, art = pulled
+    tree = m.artifact_dir(art)
+    where = {"blobs": m.model_dir(art.repo) / "blobs", "trees": tree.parent,
+             "tree": tree}[planted]
+    _plant(where, "link", victim)
+    with pytest.raises(CorruptMirror) as err, m.lock():
+        m.link_snapshot(art)
+    _refused(err, "symbolic link")
+    _untouched(victim)
+
+
+@pytest.mark.parametrize("what", ["link", "file-link", "fifo", "folder"])
+def test_a_ref_planted_as_a_link_fifo_or_folder_is_refused(
+        pulled: tuple[Mirror, ArtifactRecord], victim: Path, what: str) -> None:
+    m, art = pulled
+    git = dataclasses.replace(art, commit_kind="git", requested_revision="main")
+    _plant(m.model_dir(art.repo) / "refs" / "main", what, victim)
+    with pytest.raises(CorruptMirror) as err:
+        trees.write_ref(m, git)
+    _refused(err, "symbolic link" if "link" in what else "not a regular file")
+    _untouched(victim)
+
+
+def test_the_snapshots_folder_as_a_link_is_refused(pulled: tuple[Mirror, ArtifactRecord],
+                                                   victim: Path) -> None:
+    m, art = pulled
+    _plant(m.model_dir(art.repo) / "snapshots", "link", victim)
+    with pytest.raises(CorruptMirror) as err, m.lock():
+        m.publish(m.load_bundle("one"))
+    _refused(err, "symbolic link")
+    _untouched(victim)
+
+
+@pytest.mark.parametrize("what", ["link", "fifo"])
+def test_a_lease_folder_planted_is_refused(tmp_path: Path, victim: Path, what: str) -> None:
+    m = Mirror.open(tmp_path / "m", create=True)
+    m.lease().close()  # twin
+    _plant(m.root / "leases", what, victim)
+    with pytest.raises(CorruptMirror) as err:
+        m.lease()
+    _refused(err, "symbolic link" if what == "link" else "not a folder")
+    _untouched(victim)
+
+
+@pytest.mark.parametrize("planted", ["tmp", "tmp/partial"])
+def test_pull_never_downloads_through_a_planted_partial_folder(tmp_path: Path, victim: Path,
+                                                               planted: str) -> None:
+    m = Mirror.open(tmp_path / "m", create=True)
+    _plant(m.root / planted, "link", victim)
+    with pytest.raises(CorruptMirror) as err:
+        _pull(tmp_path, m)
+    _refused(err, "symbolic link")
+    _untouched(victim)
+
+
+def test_pull_never_writes_its_journal_through_a_planted_link(tmp_path: Path,
+                                                              victim: Path) -> None:
+    """The journal is a cache (a refused write costs re-downloads only): the pull completes
+    and nothing lands in the folder the link names."""
+    m = Mirror.open(tmp_path / "m", create=True)
+    _plant(m.root / "journal", "link", victim)
+    _pull(tmp_path, m)
+    assert m.bundle_names() == ["one"]
+    _untouched(victim)
+
+
+@pytest.mark.parametrize("planted", ["tmp", "objects"])
+def test_small_objects_are_never_stored_through_a_planted_link(tmp_path: Path, victim: Path,
+                                                               planted: str) -> None:
+    m = Mirror.open(tmp_path / "m", create=True)
+    assert m.has_object(m.put_bytes(b"twin"))
+    _plant(m.root / planted, "link", victim)
+    with pytest.raises(CorruptMirror) as err:
+        m.put_bytes(b"record")
+    _refused(err, "symbolic link")
+    _untouched(victim)
+
+
+@pytest.mark.parametrize("what", ["link", "file-link", "fifo"])
+def test_mirror_files_outside_bundles_refuse_a_planted_path(tmp_path: Path, victim: Path,
+                                                            what: str) -> None:
+    """``Mirror.write_file`` (OCI pull state, and any writer outside ``bundles/``): a folder
+    link on the way is refused; a link or FIFO as the file itself is replaced by the rename,
+    never written through."""
+    m = Mirror.open(tmp_path / "m", create=True)
+    m.write_file("oci/pulls.json", b"{}")  # twin
+    target = m.root / "oci" / "pulls.json"
+    _plant(m.root / "oci" if what == "link" else target, what, victim)
+    if what == "link":
+        with pytest.raises(CorruptMirror) as err:
+            m.write_file("oci/pulls.json", b"{}")
+        _refused(err, "symbolic link")
+    else:
+        m.write_file("oci/pulls.json", b"{}")
+        assert target.is_file() and not target.is_symlink() and target.read_bytes() == b"{}"
+    _untouched(victim)
