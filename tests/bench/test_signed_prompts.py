@@ -17,8 +17,10 @@ from specbundle.pull import pull_bundle
 from specbundle.sign import sign_bundle
 from specbundle.spec import load_spec
 from specbundle.verify import VerifiedBundle, load_policy, verify_bundle
-from tests.pull.conftest import make_model_dir, spec_text
-from tests.sign.helpers import policy_doc, write_policy, write_scan_report
+from tests.lib.bundles import write_scan_report
+from tests.lib.models import make_model_dir
+from tests.lib.policy import policy_doc, write_policy
+from tests.lib.specs import spec_text
 
 PROMPTS = b'{"prompt": "one"}\n{"prompt": "two"}\n'
 

@@ -17,7 +17,7 @@ from specbundle.pull import pull_bundle
 from specbundle.pull.interface import RemoteFile
 from specbundle.pull.listing import UNSAFE_NAME_REASON, ListingRejected, screen_listing
 from specbundle.spec import load_spec
-from tests.clihelp import run_cli
+from tests.lib.cli import run_cli
 from tests.pull.fakehub import Behaviour, entry, fault_hub, lfs_entry
 from tests.scan import corpus
 
