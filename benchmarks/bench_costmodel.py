@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from tests._engine import find_llama_server
-from tests.bench.conftest import bundle_doc, pull_synth
+from tests.lib.bundles import pull_synth
+from tests.lib.specs import bundle_doc
 
 from specbundle.bench import BenchOptions, run_bench
 from specbundle.bundle import read_unsigned

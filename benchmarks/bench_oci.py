@@ -34,7 +34,7 @@ from bench_sign import run  # same folder: shared helpers
 from bench_transfer import build_bundle  # same folder: the same generated bundle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' registry launcher
-from tests.oci.registry import run_registry
+from tests.lib.registry import run_registry
 
 from specbundle.mirror import Mirror
 from specbundle.oci import (

@@ -13,6 +13,8 @@ import pytest
 from tests._engine import llama_server_bin  # noqa: F401 - shared engine fixture
 from tests._vllm import vllm_bin  # noqa: F401 - shared vLLM fixture
 from tests.lib.bundles import signed  # noqa: F401 - shared signed-bundle fixture
+from tests.lib.fs import small_fs  # noqa: F401 - shared tmpfs fixture
+from tests.lib.models import synth_pairs  # noqa: F401 - the session's read-only pairs
 
 # A suite started in the background by a non-interactive shell (``cmd &``, nohup, some CI
 # runners) inherits SIGINT as *ignored*, and so would every child it starts: the tests that

@@ -13,8 +13,9 @@ import yaml
 
 from specbundle.bench.servers import free_port
 from specbundle.mirror import Mirror
-from tests.clihelp import run_cli
-from tests.render.conftest import make_bundle, spec_dict
+from tests.lib.bundles import make_bundle
+from tests.lib.cli import run_cli
+from tests.lib.specs import spec_dict
 
 
 @pytest.fixture
@@ -278,7 +279,7 @@ def test_mirror_show_prints_record_values_literally(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], hostile: bool) -> None:
     from specbundle.pull import pull_bundle
     from specbundle.spec import load_spec
-    from tests.scan import corpus
+    from tests.lib import corpus
 
     src = corpus.hf_model(tmp_path / "src")
     extra = (["[bold red]x[.txt", "y\x1b[2J.py", "[link=https:e]z.txt"] if hostile
@@ -321,7 +322,7 @@ def test_isolated_stages_need_trust_or_an_explicit_unsigned(
         tmp_path: Path, mirror: Mirror, capsys: pytest.CaptureFixture[str], stage: str) -> None:
     """No stage acts on a bundle by name alone: --trust (verified) or --unsigned (said so)."""
     from specbundle.attest import generate_key
-    from tests.sign.helpers import key_files
+    from tests.lib.policy import key_files
 
     extra = ["--key", str(key_files(tmp_path, generate_key("ecdsa-p256"), "k")[0])] \
         if stage == "tune" else []

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from specbundle import cli
-from tests.clihelp import run_cli
+from tests.lib.cli import run_cli
 
 _TOKEN = "hf_" + "a1B2c3D4e5F6g7H8"
 

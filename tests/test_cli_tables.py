@@ -15,9 +15,9 @@ import pytest
 from specbundle import attest
 from specbundle.cli import _output
 from specbundle.cli._output import figure, print_table
-from tests.clihelp import run_cli
-from tests.review.builders import Versions
-from tests.sign.helpers import policy_doc, write_policy
+from tests.lib.cli import run_cli
+from tests.lib.policy import policy_doc, write_policy
+from tests.lib.versions import Versions
 
 GOLDEN = Path(__file__).parent / "golden" / "cli-tables"
 UPDATE = os.environ.get("SPECBUNDLE_UPDATE_GOLDENS") == "1"

@@ -134,7 +134,7 @@ _MINIMAL = ("apiVersion: specbundle/v1\nmetadata: {name: x}\ntarget: {repo: a/b}
 def test_malformed_spec_files_are_one_line_exit_2(
     tmp_path: Path, data: bytes, says: str, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from tests.clihelp import run_cli
+    from tests.lib.cli import run_cli
 
     path = tmp_path / "bundle.yaml"
     path.write_bytes(data)

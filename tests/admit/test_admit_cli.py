@@ -15,7 +15,8 @@ from specbundle.admit import read_status
 from specbundle.attest import SLSA_VSA_V1, check_statement, generate_key, read_attestations
 from specbundle.attest.keys import write_private_key
 from specbundle.synth import SynthPair
-from tests.bench.conftest import bundle_doc, pull_synth
+from tests.lib.bundles import pull_synth
+from tests.lib.specs import bundle_doc
 
 BENCH_SCHEMA = Path(__file__).parents[2] / "manifests" / "schemas" / "bench-report.schema.json"
 

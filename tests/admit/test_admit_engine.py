@@ -20,7 +20,7 @@ from specbundle.cli.admit import _emit as emit
 from specbundle.digest import sha256_bytes
 from specbundle.synth import SynthPair
 from specbundle.verify import verify_bundle
-from tests.admit.conftest import Signed, signed_bundle
+from tests.lib.bundles import Signed, signed_bundle
 
 # A statistical verdict on a shared 2-core box: a failure is re-measured (twice) before it counts.
 MEASURED = pytest.mark.flaky(reruns=2, reruns_delay=2)

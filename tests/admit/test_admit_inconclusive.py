@@ -26,7 +26,7 @@ from specbundle.attest.keys import write_private_key
 from specbundle.bench import load_report
 from specbundle.digest import sha256_bytes
 from specbundle.synth import SynthPair
-from tests.admit.conftest import Signed, signed_bundle
+from tests.lib.bundles import Signed, signed_bundle
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

@@ -12,7 +12,8 @@ import yaml
 from specbundle.attest import generate_key
 from specbundle.attest.keys import write_private_key
 from specbundle.synth import SynthPair
-from tests.bench.conftest import bundle_doc, pull_synth
+from tests.lib.bundles import pull_synth
+from tests.lib.specs import bundle_doc
 
 
 def _admit(tmp_path: Path, pair: SynthPair, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -8,66 +8,17 @@ import pytest
 
 from specbundle.admit import evaluate
 from specbundle.bench.report import (
-    SCHEMA_VERSION,
-    Acceptance,
-    ArmLevel,
     BenchReport,
-    Ceiling,
-    LevelResult,
-    RunSettings,
-    Validity,
 )
 from specbundle.bench.stats import welch_ratio_ci
 from specbundle.spec import AdmissionThresholds
-
-
-def _arm(arm: str, tps: tuple[float, ...]) -> ArmLevel:
-    return ArmLevel(arm=arm, concurrency=4, round_output_throughput=tps,  # type: ignore[arg-type]
-                    output_throughput=sum(tps) / len(tps), request_throughput=1.0, completed=8,
-                    failed=0, total_output_tokens=256, ttft_ms=None, tpot_ms=None,
-                    itl_chunk_ms=None, itl_token_ms=None, e2el_ms=None)
-
-
-def _report(base: tuple[float, ...] = (100.0, 102.0, 98.0, 101.0),
-            spec: tuple[float, ...] = (150.0, 152.0, 149.0, 151.0), *, alpha: float | None = 0.8,
-            c: float | None = 0.1, drop: float | None = 0.0, pre: tuple[float | None, float |
-                                                                          None] = (0.0, 0.0),
-            agreement: float | None = 1.0, errors: int = 0,
-            problems: tuple[str, ...] = ()) -> BenchReport:
-    acc = Acceptance(source="counters", comparable_as_counters=True, drafts=100.0,
-                     draft_tokens=400.0, accepted=300.0, acceptance_rate=0.75,
-                     mean_acceptance_length=4.0, mean_draft_length=4.0,
-                     per_position=(0.9, 0.8, 0.7, 0.6), depth_too_deep=False, alpha=alpha,
-                     request_draft_tokens=400.0, request_accepted=300.0, request_cross_check=True)
-    lv = LevelResult(concurrency=4, base=_arm("base", base), spec=_arm("spec", spec), draft=None,
-                     ratio=welch_ratio_ci(base, spec), ratio_bootstrap=None, rounds_needed=2,
-                     acceptance=acc, c_measured=c, c_black_box=0.2, predicted_improvement=2.0,
-                     alpha_above_c=None if alpha is None or c is None else alpha > c,
-                     preemptions_base=pre[0], preemptions_spec=pre[1], kv_usage_end_base=None,
-                     kv_usage_end_spec=None)
-    validity = Validity(token_agreement=agreement, compared_outputs=32, disagreeing_prompts=(),
-                        distinct_ngram_base=0.9, distinct_ngram_spec=0.9,
-                        degenerate_repetition=False, fixed_length=True, settings_equal=True,
-                        settings_note="", slots_cover_concurrency=True, engine_errors=errors,
-                        error_samples=("HTTP 500: boom",) if errors else (),
-                        spec_counters_moved=True, base_counters_flat=True, problems=problems)
-    settings = RunSettings(endpoint="completions", max_tokens=64, temperature=0.0,
-                           ignore_eos=True, requests_per_level=8, rounds=4,
-                           round_order=("base", "spec") * 4, warmup_requests=2, levels=(4,),
-                           p95_concurrency=4, confidence=0.9, mode="manifest")
-    return BenchReport(schema_version=SCHEMA_VERSION, run_id="r1", bundle="b", engine="vllm",
-                       created="2026-11-29T00:00:00Z", tool_version="0", settings=settings,
-                       workload_source="built-in", workload_sha256="0" * 64, prompts=14,
-                       server={}, levels=(lv,), crossover_concurrency=4,
-                       ceiling=Ceiling(1000.0, 1000.0 * (1 - (drop or 0.0)), drop, None, None),
-                       validity=validity)
-
+from tests.lib.reports import bench_report
 
 T = AdmissionThresholds()
 
 
 def test_a_clear_win_passes_every_criterion() -> None:
-    gate = evaluate(_report(), T)
+    gate = evaluate(bench_report(), T)
     assert gate.admitted and gate.reasons == ()
     assert [c.name for c in gate.criteria] == [
         "throughput_ratio", "alpha_above_c", "ceiling_drop", "preemption_increase",
@@ -75,20 +26,20 @@ def test_a_clear_win_passes_every_criterion() -> None:
 
 
 def test_alpha_not_above_c_names_both_values() -> None:
-    gate = evaluate(_report(alpha=0.05, c=0.2), T)
+    gate = evaluate(bench_report(alpha=0.05, c=0.2), T)
     assert not gate.admitted
     assert gate.reasons == ("alpha_above_c: α = 0.050 ≤ c = 0.200: no speed-up is possible at "
                             "any draft depth",)
 
 
 def test_noisy_ratio_fails_on_its_lower_bound_and_says_how_many_rounds() -> None:
-    gate = evaluate(_report(base=(100.0, 140.0), spec=(130.0, 170.0)), T)
+    gate = evaluate(bench_report(base=(100.0, 140.0), spec=(130.0, 170.0)), T)
     (reason,) = gate.reasons
     assert reason.startswith("throughput_ratio:") and "lower bound" in reason
 
 
 def test_every_failed_criterion_is_listed() -> None:
-    gate = evaluate(_report(spec=(90.0, 91.0, 89.0, 90.0), alpha=0.1, c=0.3, drop=0.25,
+    gate = evaluate(bench_report(spec=(90.0, 91.0, 89.0, 90.0), alpha=0.1, c=0.3, drop=0.25,
                             pre=(0.0, 3.0), agreement=0.5, errors=2,
                             problems=("degenerate repetition in the outputs",)), T)
     names = [r.split(":")[0] for r in gate.reasons]
@@ -102,25 +53,25 @@ def test_every_failed_criterion_is_listed() -> None:
     ({"agreement": None}, "token_agreement"),
 ])
 def test_unmeasured_means_rejected(kw: dict[str, object], name: str) -> None:
-    gate = evaluate(_report(**kw), T)  # type: ignore[arg-type]
+    gate = evaluate(bench_report(**kw), T)  # type: ignore[arg-type]
     assert not gate.admitted
     assert any(r.startswith(name) and "unmeasured" in r for r in gate.reasons)
 
 
 def test_missing_p95_level_is_unmeasured() -> None:
-    r = _report()
+    r = bench_report()
     r = replace(r, settings=replace(r.settings, p95_concurrency=32))
     gate = evaluate(r, T)
     assert any(x.startswith("throughput_ratio:") and "unmeasured" in x for x in gate.reasons)
 
 
 def test_alpha_check_can_be_switched_off_by_the_spec() -> None:
-    gate = evaluate(_report(alpha=0.05, c=0.2), T.model_copy(update={"require_alpha_above_c": False}))
+    gate = evaluate(bench_report(alpha=0.05, c=0.2), T.model_copy(update={"require_alpha_above_c": False}))
     assert gate.admitted
 
 
 def test_report_round_trips_through_json() -> None:
-    r = _report()
+    r = bench_report()
     assert BenchReport.from_json(r.to_json()) == r
 
 
@@ -139,7 +90,7 @@ def _with_c(r: BenchReport, c: tuple[float, ...], base: tuple[float, ...]) -> Be
 
 def test_gate_uses_the_upper_bound_of_c() -> None:
     # α = 0.8 is above the point c (~0.6) but not above its upper confidence bound
-    r = _with_c(_report(alpha=0.8), c=(0.3, 0.9, 0.6, 0.75), base=(1.0, 1.0, 1.0, 1.0))
+    r = _with_c(bench_report(alpha=0.8), c=(0.3, 0.9, 0.6, 0.75), base=(1.0, 1.0, 1.0, 1.0))
     lv = r.levels[0]
     assert lv.c_ci is not None and lv.c_ci.ratio < 0.8 < lv.c_ci.high
     gate = evaluate(r, T)
@@ -150,7 +101,7 @@ def test_gate_uses_the_upper_bound_of_c() -> None:
 def test_c_that_disagrees_with_the_black_box_c_is_unmeasured_not_passed() -> None:
     # ratio ~1.5 with τ = 4, g = 4 implies c_bb ≈ 0.42; a measured c of 0.9 lies above it:
     # speculation ran faster than that draft cost allows, so c was over-measured
-    r = _with_c(_report(alpha=0.95), c=(0.90, 0.91, 0.89, 0.90), base=(1.0, 1.0, 1.0, 1.0))
+    r = _with_c(bench_report(alpha=0.95), c=(0.90, 0.91, 0.89, 0.90), base=(1.0, 1.0, 1.0, 1.0))
     lv = r.levels[0]
     assert lv.c_check is not None and not lv.c_check.consistent
     gate = evaluate(r, T)
@@ -165,7 +116,7 @@ def _floor(spec_prefix: float, aa_prefix: float) -> BenchReport:
                   spec_identical=0.4, aa_identical=0.9, spec_mean_prefix=spec_prefix,
                   aa_mean_prefix=aa_prefix, relative=min(1.0, spec_prefix / aa_prefix),
                   first_divergence={"p0": spec_prefix})
-    r = _report(agreement=0.4)  # only 40 % of full outputs identical: the old rule rejected
+    r = bench_report(agreement=0.4)  # only 40 % of full outputs identical: the old rule rejected
     return replace(r, validity=replace(r.validity, agreement=a))
 
 
@@ -183,7 +134,7 @@ def test_output_changing_draft_fails_against_the_floor() -> None:
 def test_inconclusive_is_its_own_outcome_with_the_rounds_it_would_take() -> None:
     from specbundle.bench.report import Stopping
 
-    r = _report(base=(100.0, 140.0), spec=(130.0, 170.0))
+    r = bench_report(base=(100.0, 140.0), spec=(130.0, 170.0))
     r = replace(r, stopping=Stopping(rule="sequential", outcome="inconclusive",
                                      reason="max_rounds", rounds=2, min_rounds=2, max_rounds=2,
                                      threshold=1.05, time_budget_s=None, elapsed_s=10.0,
@@ -195,10 +146,10 @@ def test_inconclusive_is_its_own_outcome_with_the_rounds_it_would_take() -> None
 
 def test_tuned_schedule_reports_where_speculation_is_off_and_fails_when_off_at_p95() -> None:
     tuned = {"run_id": "t1", "off_levels": [8], "k_at_p95": 3}
-    on = evaluate(replace(_report(), server={"tuned_schedule": tuned}), T)
+    on = evaluate(replace(bench_report(), server={"tuned_schedule": tuned}), T)
     crit = next(c for c in on.criteria if c.name == "tuned_schedule")
     assert on.admitted and "speculation off at concurrency 8" in crit.detail
-    off = evaluate(replace(_report(), server={"tuned_schedule": {**tuned, "k_at_p95": 0,
+    off = evaluate(replace(bench_report(), server={"tuned_schedule": {**tuned, "k_at_p95": 0,
                                                                  "off_levels": [4, 8]}}), T)
     assert any(r.startswith("tuned_schedule:") and "off at the P95" in r for r in off.reasons)
 
@@ -207,8 +158,8 @@ def test_the_ratio_criterion_names_the_repeated_ci_of_a_sequential_rule() -> Non
     from specbundle.bench.report import Stopping
 
     base, spec = (100.0, 102.0, 98.0, 101.0), (150.0, 152.0, 149.0, 151.0)
-    lv = replace(_report().levels[0], ratio=welch_ratio_ci(base, spec, confidence=0.98))
-    r = replace(_report(), levels=(lv,), stopping=Stopping(
+    lv = replace(bench_report().levels[0], ratio=welch_ratio_ci(base, spec, confidence=0.98))
+    r = replace(bench_report(), levels=(lv,), stopping=Stopping(
         rule="sequential", outcome="above", reason="resolved", rounds=4, min_rounds=4,
         max_rounds=12, threshold=1.05, time_budget_s=None, elapsed_s=1.0,
         rounds_to_resolve=None, looks=5, per_look_confidence=0.98))

@@ -12,7 +12,7 @@ from specbundle.bench.report import BenchReport
 from specbundle.bench.verdict import bench_verdict, gate_verdict
 from specbundle.bench.verifycost import VerifySample, verify_cost
 from specbundle.spec import AdmissionThresholds
-from tests.admit.test_decision import _report
+from tests.lib.reports import bench_report
 
 
 def _with_model(report: BenchReport, v: float) -> BenchReport:
@@ -31,7 +31,7 @@ def _with_model(report: BenchReport, v: float) -> BenchReport:
 
 def test_a_verification_bound_loss_is_explained_in_the_gate() -> None:
     # 100 -> 70 tok/s at P95 4: α 0.8, c 0.1, but verifying 5 tokens costs 3.5 decode steps
-    report = _with_model(_report(spec=(70.0, 71.0, 69.0, 70.5)), 3.5)
+    report = _with_model(bench_report(spec=(70.0, 71.0, 69.0, 70.5)), 3.5)
     gate = evaluate(report, AdmissionThresholds())
     v = gate_verdict(gate.criteria, report, admitted=gate.admitted)
     assert v.outcome == "rejected"
@@ -43,7 +43,7 @@ def test_a_verification_bound_loss_is_explained_in_the_gate() -> None:
 
 
 def test_every_output_opens_with_the_verdict_and_keeps_the_new_fields() -> None:
-    report = _with_model(_report(), 1.2)  # 1.5x measured, the model agrees
+    report = _with_model(bench_report(), 1.2)  # 1.5x measured, the model agrees
     assert report.verdict is not None and report.verdict.outcome == "wins"
     data = json.loads(report.to_bytes())
     assert next(iter(data)) == "verdict"

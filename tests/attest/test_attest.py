@@ -28,7 +28,7 @@ from specbundle.errors import (
     VerificationError,
 )
 from specbundle.mirror import Mirror
-from tests.sign.helpers import pulled_bundle
+from tests.lib.bundles import pulled_bundle
 
 
 def test_pae_matches_the_dsse_spec_example() -> None:

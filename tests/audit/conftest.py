@@ -1,77 +1,20 @@
-"""A complete chain of custody in a real mirror: pull -> scan -> sign -> render -> checkpoint."""
+"""A complete chain of custody per test (tests/lib/chain.py), over the session's small pair."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from specbundle.attest import SigningKey, generate_key
-from specbundle.audit import write_checkpoint
-from specbundle.bundle import read_unsigned
-from specbundle.mirror import Mirror
-from specbundle.pull import pull_bundle
-from specbundle.record import BundleRecord
-from specbundle.render import render_bundle
-from specbundle.scan import scan_bundle
-from specbundle.sign import sign_bundle
-from specbundle.verify import TrustPolicy, parse_policy
-from tests.audit.builders import bundle_spec, small_pair
+from tests.lib.chain import Chain, build_chain
+from tests.lib.models import PairStore
+from tests.lib.policy import policy_for, policy_yaml
 
-
-def policy_yaml(keys: dict[str, SigningKey], *, scope: str = "*") -> str:
-    """trust.yaml text trusting ``keys`` (by name) for every repo and bundle."""
-    doc = {"apiVersion": "specbundle/v1", "kind": "TrustPolicy", "keys": [
-        {"name": n, "fingerprint": k.fingerprint, "public_key": k.public.pem.decode(),
-         "repos": [scope], "bundles": [scope]} for n, k in keys.items()]}
-    return yaml.safe_dump(doc)
-
-
-def policy_for(keys: dict[str, SigningKey], *, scope: str = "*") -> TrustPolicy:
-    """A trust policy trusting ``keys`` (by name) for every repo and bundle."""
-    return parse_policy(policy_yaml(keys, scope=scope).encode(), source="trust.yaml")
-
-
-@dataclass(frozen=True)
-class Chain:
-    """A mirror with one fully signed bundle and the keys/policy that vouch for it."""
-
-    mirror: Mirror
-    record: BundleRecord
-    release: SigningKey
-    other: SigningKey
-    policy: TrustPolicy
-    work: Path
-
-
-def build_chain(root: Path, *, name: str = "pair", seed: int = 0,
-                release: SigningKey | None = None, mirror: Mirror | None = None,
-                image: str | None = None, llamacpp: dict[str, Any] | None = None,
-                before_sign: Callable[[Mirror], object] | None = None) -> Chain:
-    """Pull a synthetic pair, scan, sign, render for llama.cpp and sign a log checkpoint.
-
-    ``before_sign`` runs between scan and sign (e.g. to save engine images into the bundle).
-    """
-    pair = small_pair(root / f"models-{name}", seed=seed)
-    spec = bundle_spec(pair, name, image=image, llamacpp=llamacpp)
-    mirror = mirror or Mirror.open(root / "mirror", create=True)
-    record = pull_bundle(spec, mirror, workers=2).record
-    scan_bundle(mirror, record, spec)
-    if before_sign is not None:
-        before_sign(mirror)
-    key = release or generate_key("ecdsa-p256")
-    sign_bundle(mirror, name, [key])
-    render_bundle(read_unsigned(mirror, name), "llamacpp", "shell", allow_unpinned_image=True)
-    write_checkpoint(mirror, [key])
-    other = generate_key("ecdsa-p256")
-    return Chain(mirror, record, key, other, policy_for({"release": key}), root)
+# moved to tests/lib/chain.py and tests/lib/policy.py; re-exported until every module is ported
+__all__ = ["Chain", "build_chain", "policy_for", "policy_yaml"]
 
 
 @pytest.fixture
-def chain(tmp_path: Path) -> Chain:
-    """A fresh complete chain per test (tests tamper with it)."""
-    return build_chain(tmp_path)
+def chain(tmp_path: Path, synth_pairs: PairStore) -> Chain:
+    """A fresh complete chain per test (tests tamper with the mirror, never the models)."""
+    return build_chain(tmp_path, pair=synth_pairs.small(0))

@@ -11,18 +11,18 @@ from specbundle.admit import Rejected, admit_bundle
 from specbundle.audit import audit
 from specbundle.audit.bom import bundle_bom
 from specbundle.bench import BenchOptions
-from specbundle.synth import make_pair
 from specbundle.verify import verify_bundle
-from tests.admit.conftest import Signed, signed_bundle
+from tests.lib.bundles import Signed, signed_bundle
+from tests.lib.models import PairStore
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.integration]
 
 
 @pytest.fixture(scope="module")
-def admitted(module_tmp: Path, llama_server_bin: Path) -> Signed:
+def admitted(module_tmp: Path, llama_server_bin: Path, synth_pairs: PairStore) -> Signed:
     """A bad pair, benchmarked once and rejected: a signed FAILED decision with evidence."""
     root = module_tmp
-    pair = make_pair(root / "pair", quality="bad", seed=7)
+    pair = synth_pairs.get(quality="bad", seed=7)
     s = signed_bundle(root, "bad", pair, levels=[1],
                       admission={"min_throughput_ratio_lower_bound": 1.0})
     with pytest.raises(Rejected):

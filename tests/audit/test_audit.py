@@ -11,7 +11,8 @@ from specbundle.audit.model import BundleAudit
 from specbundle.mirror import Mirror, versions
 from specbundle.scan.findings import ScanReport
 from specbundle.transfer import export_bundle, import_bundle
-from tests.audit.conftest import Chain, build_chain, policy_for
+from tests.lib.chain import Chain, build_chain
+from tests.lib.policy import policy_for
 
 
 def _links(b: BundleAudit) -> dict[str, tuple[str, str]]:

@@ -11,8 +11,8 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from specbundle.attest import write_private_key
-from tests.audit.conftest import Chain
-from tests.clihelp import run_cli
+from tests.lib.chain import Chain
+from tests.lib.cli import run_cli
 
 
 def _trust(chain: Chain, tmp_path: Path, *, revoke: bool = False) -> str:

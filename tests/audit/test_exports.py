@@ -15,7 +15,8 @@ from specbundle.audit.bom import bundle_bom, validate_bom
 from specbundle.audit.html import render_html
 from specbundle.audit.model import BenchAudit, Link
 from specbundle.errors import SpecbundleError
-from tests.audit.conftest import Chain, policy_for
+from tests.lib.chain import Chain
+from tests.lib.policy import policy_for
 
 
 def test_ml_bom_validates_and_carries_the_pair(chain: Chain) -> None:

@@ -19,8 +19,9 @@ from specbundle.sign import sign_bundle
 from specbundle.verify import load_policy, verify_bundle
 from specbundle.verify.eligibility import eligible_signers
 from specbundle.verify.revocations import Revocation
-from tests.review.builders import Versions
-from tests.sign.helpers import policy_doc, pulled_bundle, write_policy, write_scan_report
+from tests.lib.bundles import pulled_bundle, write_scan_report
+from tests.lib.policy import policy_doc, write_policy
+from tests.lib.versions import Versions
 
 
 def _target_provenance(mirror: Mirror, rec: BundleRecord) -> attest.Statement:

@@ -29,8 +29,10 @@ from specbundle.digest import sha256_bytes
 from specbundle.errors import UsageError
 from specbundle.mirror import versions
 from specbundle.pull import pull_bundle
-from tests.audit.builders import bundle_spec, small_pair
-from tests.audit.conftest import Chain, policy_for
+from tests.lib.chain import Chain
+from tests.lib.models import small_pair
+from tests.lib.policy import policy_for
+from tests.lib.specs import bundle_spec
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -14,8 +14,9 @@ from specbundle.audit import audit, verify_events, write_checkpoint
 from specbundle.audit.queries import no_longer_verifying
 from specbundle.audit.revocation import check_revocations, read_revocations, revoke_key
 from specbundle.errors import UsageError, VerificationError
-from tests.audit.conftest import Chain, policy_for, policy_yaml
-from tests.clihelp import run_cli
+from tests.lib.chain import Chain
+from tests.lib.cli import run_cli
+from tests.lib.policy import policy_for, policy_yaml
 
 REASON = "laptop stolen 2026-11-28"
 

@@ -16,7 +16,7 @@ from specbundle.bench.client import (
     run_level,
     stream_request,
 )
-from tests.bench.conftest import StubConfig
+from tests.lib.stub import StubConfig
 
 
 def _one(url: str, endpoint: str = "completions", **kw: object) -> RequestResult:

@@ -15,7 +15,7 @@ from specbundle.bench.report import BenchReport, Stopping
 from specbundle.bench.stats import welch_ratio_ci
 from specbundle.bench.verdict import Verdict, bench_decision, bench_verdict, c_basis, gate_decision
 from tests._browser import dump_dom, requires_chromium
-from tests.admit.test_decision import _report
+from tests.lib.reports import bench_report
 
 
 def _stopped(r: BenchReport, outcome: str, reason: str) -> BenchReport:
@@ -29,7 +29,7 @@ def _stopped(r: BenchReport, outcome: str, reason: str) -> BenchReport:
 def _self_drafting() -> BenchReport:
     """c ≈ 1, α ≈ 1, the ratio around 1 with a wide interval: the issue's 270M pair."""
     base, spec = (100.0, 60.0, 130.0, 80.0), (90.0, 120.0, 70.0, 105.0)
-    r = _report(base, spec, alpha=0.99, c=1.0)
+    r = bench_report(base, spec, alpha=0.99, c=1.0)
     lv = replace(r.levels[0], ratio=welch_ratio_ci(base, spec, confidence=0.98),
                  predicted_improvement=0.99)
     return _stopped(replace(r, levels=(lv,)), "inconclusive", "futile")
@@ -39,10 +39,10 @@ def test_the_decision_word_follows_the_stopping_rule() -> None:
     r = _self_drafting()
     word, why = bench_decision(r)
     assert word == "REJECTED" and "futility" in why
-    assert bench_decision(_stopped(_report(), "above", "resolved"))[0] == "PASSES"
-    assert bench_decision(_stopped(_report(), "inconclusive", "time_budget"))[0] == \
+    assert bench_decision(_stopped(bench_report(), "above", "resolved"))[0] == "PASSES"
+    assert bench_decision(_stopped(bench_report(), "inconclusive", "time_budget"))[0] == \
         "INCONCLUSIVE"
-    invalid = _stopped(_report(problems=("token agreement: the arms differ",)), "above",
+    invalid = _stopped(bench_report(problems=("token agreement: the arms differ",)), "above",
                        "resolved")
     assert bench_decision(invalid) == ("REJECTED", "the comparison at your P95 concurrency 4 "
                                        "is not valid: token agreement: the arms differ")
@@ -111,7 +111,7 @@ def test_the_audit_page_opens_with_the_bundles_standing(tmp_path: Path) -> None:
     from specbundle.audit import audit
     from specbundle.audit.html import render_html as audit_html
     from specbundle.audit.model import Link
-    from tests.audit.conftest import build_chain
+    from tests.lib.chain import build_chain
 
     chain = build_chain(tmp_path)
     report = audit(chain.mirror, "pair", policy=chain.policy)

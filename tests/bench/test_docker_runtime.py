@@ -15,10 +15,8 @@ from specbundle.bench import BenchOptions, run_bench
 from specbundle.bundle import read_unsigned
 from specbundle.images import save_images
 from specbundle.synth import SynthPair
-from tests.bench.conftest import bundle_doc, pull_synth
-from tests.images.conftest import docker_client, images, llama_image
-
-__all__ = ["docker_client", "images", "llama_image"]
+from tests.lib.bundles import pull_synth
+from tests.lib.specs import bundle_doc
 
 pytestmark = [pytest.mark.docker, pytest.mark.engine, pytest.mark.slow]
 

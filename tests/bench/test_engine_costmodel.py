@@ -20,7 +20,8 @@ from specbundle.bench.html import render_html
 from specbundle.bench.verdict import bench_decision
 from specbundle.bundle import read_unsigned
 from specbundle.synth import SynthPair
-from tests.bench.conftest import bundle_doc, pull_synth
+from tests.lib.bundles import pull_synth
+from tests.lib.specs import bundle_doc
 
 # A statistical verdict on a shared 2-core box: a failure is re-measured (twice) before it counts.
 MEASURED = pytest.mark.flaky(reruns=2, reruns_delay=2)

@@ -16,8 +16,8 @@ import pytest
 import specbundle.bench.prometheus as prom
 from specbundle.bench.prometheus import SERIES
 from tests._engine import find_llama_server
+from tests._sglang import VENV as SGLANG_VENV
 from tests._vllm import find_test_vllm
-from tests.render._sglang import VENV as SGLANG_VENV
 
 #: Series kept for older releases only (vLLM before ``kv_cache_usage_perc``).
 _OLDER_RELEASES = {"vllm:gpu_cache_usage_perc"}

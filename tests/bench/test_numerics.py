@@ -19,7 +19,7 @@ from specbundle.bench.numerics import (
     probe_margins,
 )
 from specbundle.bench.runner import ArmData, RawRun
-from tests.bench.conftest import serve_app
+from tests.lib.stub import serve_app
 
 
 def _res(pid: str, ids: tuple[int, ...]) -> RequestResult:
@@ -109,13 +109,13 @@ def test_the_gate_fails_only_beyond_numerics() -> None:
 
     from specbundle.admit import evaluate
     from specbundle.spec import AdmissionThresholds
-    from tests.admit.test_decision import _report
+    from tests.lib.reports import bench_report
 
     spec = _runs({"a#0": FLIP}, {"a#0": FLIP})
     d = Divergence("alpha", (1, 2, 3), 4, 9)
     for ties, passed in (((TieProbe(d, 0.02),), True), ((TieProbe(d, 4.0),), False)):
         fl = agreement(_raw(spec, ties), 8)
-        r = _report()
+        r = bench_report()
         r = replace(r, validity=replace(r.validity, agreement=fl))
         crit = next(c for c in evaluate(r, AdmissionThresholds()).criteria
                     if c.name == "token_agreement")

@@ -19,7 +19,8 @@ from specbundle.bundle import read_unsigned
 from specbundle.spec import AdmissionThresholds
 from specbundle.synth import SynthPair
 from tests._engine import llama_server, spec_args
-from tests.bench.conftest import bundle_doc, pull_synth
+from tests.lib.bundles import pull_synth
+from tests.lib.specs import bundle_doc
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

@@ -37,7 +37,7 @@ from specbundle.bench.sglang_meta import read_meta, sum_window
 from specbundle.bench.workload import WARMUP_PROMPTS, default_workload
 from specbundle.errors import BenchError
 from specbundle.spec import parse_spec
-from tests.bench.conftest import serve_app
+from tests.lib.stub import serve_app
 
 K = 3  # drafts per verify step: speculative_num_draft_tokens = K + 1
 CUMULATIVE_AVG = 9.75  # /get_server_info's since-start average: must never appear

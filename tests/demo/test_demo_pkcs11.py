@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sign.hsm import HAVE_SOFTHSM, init_token
+from tests.lib.hsm import HAVE_SOFTHSM, init_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow,
               pytest.mark.skipif(not HAVE_SOFTHSM, reason="softhsm2/opensc not installed")]

@@ -37,10 +37,11 @@ from specbundle.sign import sign_bundle
 from specbundle.transfer import export_bundle, import_bundle
 from specbundle.verify import verify_bundle
 from tests._engine import free_port
-from tests.audit.builders import pulled_bundle
-from tests.audit.conftest import Chain, build_chain, policy_for
-from tests.clihelp import run_cli
-from tests.images.conftest import ImageFactory
+from tests.lib.bundles import pulled_bundle
+from tests.lib.chain import Chain, build_chain
+from tests.lib.cli import run_cli
+from tests.lib.containers import ImageFactory
+from tests.lib.policy import policy_for
 
 pytestmark = pytest.mark.docker
 
@@ -51,7 +52,8 @@ ENGINE = {"draft_p_min": 0.0, "threads": 2, "n_gpu_layers": "0",
 
 def _saved(tmp_path: Path, images: ImageFactory) -> tuple[Mirror, ImageRecord]:
     tag = images.tiny()
-    mirror, _ = pulled_bundle(tmp_path / "mirror", tmp_path / "work", image=tag)
+    mirror = Mirror.open(tmp_path / "mirror", create=True)
+    pulled_bundle(tmp_path / "work", mirror, seed=0, synth=True, image=tag)
     (rec,) = save_images(mirror, "pair")
     return mirror, rec
 
@@ -88,7 +90,8 @@ def test_save_records_digests_and_gc_keeps_archive(
 def test_save_refuses_unknown_engine_and_missing_image(
     tmp_path: Path, images: ImageFactory
 ) -> None:
-    mirror, _ = pulled_bundle(tmp_path / "m", tmp_path / "w", image="specbundle-test/absent:0")
+    mirror = Mirror.open(tmp_path / "m", create=True)
+    pulled_bundle(tmp_path / "w", mirror, seed=0, synth=True, image="specbundle-test/absent:0")
     with pytest.raises(UsageError, match="no image for vllm"):
         save_images(mirror, "pair", engines=["vllm"])
     with pytest.raises(UsageError, match="not present in the local Docker engine"):
@@ -321,7 +324,8 @@ def test_images_cli_save_ls_load(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     tag = images.tiny()
-    mirror, _ = pulled_bundle(tmp_path / "mirror", tmp_path / "work", image=tag)
+    mirror = Mirror.open(tmp_path / "mirror", create=True)
+    pulled_bundle(tmp_path / "work", mirror, seed=0, synth=True, image=tag)
     m = str(mirror.root)
     code, out, _ = run_cli(capsys, "images", "save", "pair", "--mirror", m, "--json")
     assert code == 0

@@ -28,10 +28,7 @@ import pytest
 
 from specbundle.render.targets import templates_dir
 from specbundle.spec import LlamaCppSettings, SGLangSettings, VLLMSettings
-from tests.images.conftest import docker_client
 from tests.lib.bundles import make_signed
-
-__all__ = ["docker_client"]
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

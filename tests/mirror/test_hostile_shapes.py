@@ -21,9 +21,8 @@ import pytest
 from specbundle.bench.api import _workload
 from specbundle.errors import SpecbundleError
 from specbundle.transfer import export_bundle
-from tests.bench.test_signed_prompts import _pulled, _verified
-from tests.clihelp import run_cli
-from tests.lib.bundles import Signed
+from tests.lib.bundles import Signed, pulled_with_prompts, verified_local
+from tests.lib.cli import run_cli
 
 IMAGE = "vllm/vllm-openai@sha256:" + "a" * 64
 SHAPES = ("fifo", "dev-zero-link", "folder")
@@ -141,8 +140,8 @@ def test_the_untouched_twin_passes(signed: Signed, tmp_path: Path,
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.timeout(120, func_only=True)
 def test_bench_refuses_hostile_prompts_at_once(tmp_path: Path, shape: str) -> None:
-    m = _pulled(tmp_path)
-    v = _verified(tmp_path, m)
+    m = pulled_with_prompts(tmp_path)
+    v = verified_local(tmp_path, m)
     plant(m.bundle_dir("local") / "prompts" / "p.jsonl", shape)
     start = time.monotonic()
     with pytest.raises(SpecbundleError) as err:

@@ -12,8 +12,9 @@ from specbundle.errors import BundleNotFound, MirrorError
 from specbundle.mirror import GENESIS, Mirror
 from specbundle.pull import pull_bundle
 from specbundle.spec import load_spec
-from tests.clihelp import run_cli
-from tests.pull.conftest import make_model_dir, spec_text
+from tests.lib.cli import run_cli
+from tests.lib.models import make_model_dir
+from tests.lib.specs import spec_text
 
 
 def _pull(tmp_path: Path, name: str, tseed: int, dseed: int) -> None:

@@ -19,7 +19,8 @@ from specbundle.mirror import Mirror, trees
 from specbundle.pull import pull_bundle
 from specbundle.record import ArtifactRecord
 from specbundle.spec import load_spec
-from tests.pull.conftest import make_model_dir, spec_text
+from tests.lib.models import make_model_dir
+from tests.lib.specs import spec_text
 
 
 @pytest.fixture

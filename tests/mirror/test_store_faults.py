@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,8 @@ from specbundle.digest import sha256_bytes
 from specbundle.errors import CorruptMirror, DiskError
 from specbundle.mirror import Mirror
 from specbundle.mirror.eventlog import REPAIR_EVENT
-from tests.clihelp import run_cli
+from tests.lib.cli import run_cli
+from tests.lib.fs import fill
 from tests.mirror.test_mirror import _pull
 
 
@@ -91,39 +91,12 @@ def test_damage_before_the_last_line_is_corruption_not_a_torn_tail(tmp_path: Pat
         m.read_events()
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs (skipped where mounting is not permitted)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
-                          capture_output=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def _fill(path: Path) -> Path:
-    filler = path / "filler"
-    with filler.open("wb", buffering=0) as fh:
-        for size in (65536, 4096, 512, 1):
-            try:
-                while True:
-                    fh.write(b"\0" * size)
-            except OSError:
-                continue
-    return filler
-
-
 def test_full_disk_during_a_log_append_keeps_the_log(small_fs: Path) -> None:
     m = Mirror.open(small_fs / "m", create=True)
     with m.lock():
         m.append_event("first", None, {})
     before = m.events_path.read_bytes()
-    filler = _fill(small_fs)
+    filler = fill(small_fs)
     big = {"blob": "x" * 200_000}  # more than any slack left in the log's last page
     with pytest.raises(DiskError) as exc, m.lock():
         m.append_event("second", None, big)

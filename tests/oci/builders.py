@@ -1,37 +1,15 @@
-"""Signed bundles for the OCI tests, built by the real pull -> scan report -> sign stages."""
+"""Referrers anyone with push rights can add; signed bundles moved to tests/lib/bundles.py
+(``signed_pair``) and tests/lib/policy.py (``trust_file``), re-exported here until ported."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from specbundle import attest
 from specbundle.digest import sha256_bytes
-from specbundle.mirror import Mirror
 from specbundle.oci import RegistryBackend
 from specbundle.oci.media import EMPTY_CONFIG, IMAGE_MANIFEST, Descriptor, dumps
-from specbundle.pull import pull_bundle
-from specbundle.sign import sign_bundle
-from specbundle.spec import load_spec
-from tests.sign.helpers import make_model, policy_doc, spec_file, write_policy, write_scan_report
+from tests.lib.bundles import signed_pair
+from tests.lib.policy import trust_file
 
-
-def signed_pair(tmp: Path, mirror: Mirror, key: attest.SigningKey, name: str, *,
-                target_seed: int, draft_dir: Path | None = None, vocab: int = 64) -> Path:
-    """Pull, scan-report and sign bundle ``name``; a given ``draft_dir`` is shared.
-
-    Returns the draft folder, so a second bundle can reuse the very same draft.
-    """
-    t = make_model(tmp / f"{name}-src" / "target", seed=target_seed, vocab=vocab)
-    d = draft_dir or make_model(tmp / f"{name}-src" / "draft", seed=target_seed + 100)
-    pull_bundle(load_spec(spec_file(tmp, name, t, d)), mirror)
-    write_scan_report(mirror, name)
-    sign_bundle(mirror, name, [key])
-    return d
-
-
-def trust_file(tmp: Path, key: attest.SigningKey, stem: str = "trust") -> Path:
-    """A trust policy trusting ``key`` for ``org/*``."""
-    return write_policy(tmp / f"{stem}.yaml", policy_doc({"release": key}))
+__all__ = ["push_referrer", "signed_pair", "trust_file"]
 
 
 def push_referrer(store: RegistryBackend, subject: Descriptor, kind: str, data: bytes,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from specbundle.oci import RegistryBackend, RegistryOptions, parse_reference
-from tests.oci.registry import Registry, registry_available, run_registry
+from tests.lib.registry import Registry, registry_available, run_registry
 
 _OPEN: list[RegistryBackend] = []
 

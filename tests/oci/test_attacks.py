@@ -26,10 +26,12 @@ from specbundle.oci.media import (
     dumps,
 )
 from specbundle.verify import load_policy, verify_bundle
-from tests.clihelp import run_cli
-from tests.oci.builders import push_referrer, signed_pair, trust_file
+from tests.lib.bundles import signed_pair
+from tests.lib.cli import run_cli
+from tests.lib.policy import trust_file
+from tests.lib.registry import Registry
+from tests.oci.builders import push_referrer
 from tests.oci.conftest import backend
-from tests.oci.registry import Registry
 
 
 def _store(registry: Registry, repo: str) -> RegistryBackend:

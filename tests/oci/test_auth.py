@@ -19,9 +19,10 @@ from cryptography.x509.oid import NameOID
 
 from specbundle import attest
 from specbundle.mirror import Mirror
-from tests.clihelp import run_cli
-from tests.oci.builders import signed_pair, trust_file
-from tests.oci.registry import run_registry
+from tests.lib.bundles import signed_pair
+from tests.lib.cli import run_cli
+from tests.lib.policy import trust_file
+from tests.lib.registry import run_registry
 
 PASSWORD = "pw-7f3a9c1e-registry"
 # bcrypt of PASSWORD (cost 4): distribution's htpasswd reads bcrypt only

@@ -19,11 +19,12 @@ from specbundle.oci import RegistryBackend, push_bundle
 from specbundle.oci.media import ANN_ROLE, DSSE_ENVELOPE, IMAGE_MANIFEST, Descriptor
 from specbundle.sign import sign_bundle
 from specbundle.verify import load_policy, verify_bundle
-from tests.clihelp import run_cli
-from tests.oci.builders import push_referrer, signed_pair, trust_file
+from tests.lib.bundles import signed_pair
+from tests.lib.cli import run_cli
+from tests.lib.policy import policy_doc, trust_file, write_policy
+from tests.lib.registry import Registry
+from tests.oci.builders import push_referrer
 from tests.oci.conftest import backend
-from tests.oci.registry import Registry
-from tests.sign.helpers import policy_doc, write_policy
 
 
 def _store(registry: Registry, repo: str) -> RegistryBackend:

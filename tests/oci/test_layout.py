@@ -13,9 +13,10 @@ from specbundle.digest import sha256_bytes
 from specbundle.mirror import Mirror
 from specbundle.oci import LayoutBackend
 from specbundle.oci.media import IMAGE_INDEX, dumps
-from tests.clihelp import run_cli
-from tests.oci.builders import signed_pair, trust_file
-from tests.oci.registry import Registry
+from tests.lib.bundles import signed_pair
+from tests.lib.cli import run_cli
+from tests.lib.policy import trust_file
+from tests.lib.registry import Registry
 
 
 def test_export_layout_copy_with_skopeo_then_import_offline(

@@ -21,11 +21,11 @@ from specbundle.oci.media import (
     WEIGHT_CONFIG,
 )
 from specbundle.verify import load_policy, verify_bundle
-from tests.clihelp import run_cli
-from tests.oci.builders import signed_pair, trust_file
+from tests.lib.bundles import pulled_bundle, signed_pair
+from tests.lib.cli import run_cli
+from tests.lib.policy import trust_file
+from tests.lib.registry import Registry
 from tests.oci.conftest import backend
-from tests.oci.registry import Registry
-from tests.sign.helpers import pulled_bundle
 
 
 def _store(registry: Registry, repo: str) -> RegistryBackend:

@@ -23,15 +23,15 @@ from specbundle import attest
 from specbundle.errors import UsageError
 from specbundle.mirror import Mirror
 from specbundle.oci import RegistryOptions, push_bundle
-from tests.clihelp import run_cli
-from tests.mirror.test_store_faults import _fill, small_fs
-from tests.oci.builders import signed_pair, trust_file
+from tests.lib.bundles import signed_pair
+from tests.lib.cli import run_cli
+from tests.lib.fs import fill
+from tests.lib.policy import trust_file
+from tests.lib.registry import Registry
 from tests.oci.conftest import backend
 from tests.oci.proxy import fault_proxy
-from tests.oci.registry import Registry
 
 pytestmark = pytest.mark.integration
-__all__ = ["small_fs"]  # the tmpfs fixture, shared
 
 _REPO = "faults/pair"
 
@@ -171,7 +171,7 @@ def test_oci_pull_into_a_full_mirror(small_fs: Path, pushed: Pushed,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     dst = small_fs / "iso"
     Mirror.open(dst, create=True)
-    filler = _fill(small_fs)
+    filler = fill(small_fs)
     code, _, err = _pull(capsys, pushed.registry.host, dst, pushed)
     assert code == 6, err
     assert "no space left" in err and "bytes needed" in err and str(dst / "tmp") in err

@@ -17,10 +17,11 @@ from specbundle.mirror import Mirror
 from specbundle.oci import push_bundle
 from specbundle.oci.attach import BENCH_REPORT
 from specbundle.oci.media import IMAGE_INDEX, Descriptor
-from tests.clihelp import run_cli
-from tests.oci.builders import signed_pair, trust_file
+from tests.lib.bundles import signed_pair
+from tests.lib.cli import run_cli
+from tests.lib.policy import trust_file
+from tests.lib.registry import Registry
 from tests.oci.conftest import backend
-from tests.oci.registry import Registry
 
 K8S_VERSION = "1.33"  # image volumes: 1.31+
 IMAGE = "vllm/vllm-openai@sha256:" + "a" * 64

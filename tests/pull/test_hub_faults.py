@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clihelp import run_cli
+from tests.lib.cli import run_cli
 from tests.pull.fakehub import Behaviour, fault_hub
 
 pytestmark = pytest.mark.integration

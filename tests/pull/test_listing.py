@@ -17,9 +17,9 @@ from specbundle.pull import pull_bundle
 from specbundle.pull.interface import RemoteFile
 from specbundle.pull.listing import UNSAFE_NAME_REASON, ListingRejected, screen_listing
 from specbundle.spec import load_spec
-from tests.clihelp import run_cli
+from tests.lib import corpus
+from tests.lib.cli import run_cli
 from tests.pull.fakehub import Behaviour, entry, fault_hub, lfs_entry
-from tests.scan import corpus
 
 HOSTILE_NAMES = (
     "../../evil/config.json", "/etc/config.json", "a/./config.json", "a//config.json",

@@ -19,10 +19,12 @@ from specbundle.sign.statements import fetch_provenance
 from specbundle.spec import load_spec
 from specbundle.verify import load_policy
 from specbundle.verify.publishers import PublisherPolicy
-from tests.clihelp import run_cli
-from tests.pull.conftest import make_model_dir, spec_text
-from tests.sign.helpers import make_model, policy_doc, spec_file, write_policy, write_scan_report
-from tests.sign.pki import Ca, write_pem
+from tests.lib.bundles import write_scan_report
+from tests.lib.cli import run_cli
+from tests.lib.models import make_model, make_model_dir
+from tests.lib.pki import Ca, write_pem
+from tests.lib.policy import policy_doc, write_policy
+from tests.lib.specs import spec_file, spec_text
 
 ROOT = Ca.root("Publisher Root")
 SUB = ROOT.sub_ca("Publisher Signing CA")

@@ -12,7 +12,8 @@ from specbundle.errors import SpecError
 from specbundle.mirror import Mirror
 from specbundle.pull import pull_bundle
 from specbundle.spec import load_spec
-from tests.pull.conftest import make_model_dir, spec_text
+from tests.lib.models import make_model_dir
+from tests.lib.specs import spec_text
 
 
 def _spec(tmp_path: Path, name: str = "local") -> Path:

@@ -22,8 +22,9 @@ import specbundle.pull  # noqa: F401 - declares pull's commit points
 from specbundle import _faults
 from specbundle.localhub import LocalHub, publish_repo
 from specbundle.mirror import Mirror
-from tests.clihelp import run_cli
-from tests.pull.conftest import make_model_dir, spec_text
+from tests.lib.cli import run_cli
+from tests.lib.models import make_model_dir
+from tests.lib.specs import spec_text
 
 pytestmark = pytest.mark.integration
 

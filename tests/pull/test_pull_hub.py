@@ -17,8 +17,9 @@ from specbundle.mirror import Mirror
 from specbundle.pull import pull_bundle
 from specbundle.pull.huggingface import HubSource
 from specbundle.spec import load_spec
-from tests.clihelp import run_cli
-from tests.pull.conftest import make_model_dir, spec_text
+from tests.lib.cli import run_cli
+from tests.lib.models import make_model_dir
+from tests.lib.specs import spec_text
 
 pytestmark = pytest.mark.integration
 

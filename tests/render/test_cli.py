@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from specbundle.mirror import Mirror
-from tests.clihelp import run_cli
-from tests.render.conftest import DIGEST, BundleFactory, spec_dict
+from tests.lib.bundles import DIGEST, BundleFactory
+from tests.lib.cli import run_cli
+from tests.lib.specs import spec_dict
 
 
 def test_render_cli_writes_manifests(mirror: Mirror, bundle: BundleFactory,

@@ -23,7 +23,7 @@ from specbundle.render.argrules import VLLM_TABLE_VERSION
 from specbundle.render.vllm_oracle import PINNED_VLLM, OracleAnswer, check_commands
 from specbundle.spec import VLLMSettings
 from tests._vllm_bundles import VllmModels, make_models, pull, vllm_doc
-from tests.clihelp import run_cli
+from tests.lib.cli import run_cli
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -15,7 +15,7 @@ from specbundle.bundle import read_unsigned
 from specbundle.mirror import Mirror
 from specbundle.render import TARGETS, render_bundle
 from specbundle.spec import EngineName
-from tests.render.conftest import DIGEST, GOLDEN_ROOT, BundleFactory
+from tests.lib.bundles import DIGEST, GOLDEN_ROOT, BundleFactory
 
 GOLDEN_DIR = Path(__file__).parents[1] / "golden" / "render"
 UPDATE = os.environ.get("SPECBUNDLE_UPDATE_GOLDENS") == "1"

@@ -27,7 +27,8 @@ from specbundle.mirror import Mirror
 from specbundle.render import TARGETS, build_serve_command
 from specbundle.render.interface import RenderMeta, ServeCommand
 from specbundle.spec import EngineName, parse_spec
-from tests.render.conftest import BundleFactory, spec_dict
+from tests.lib.bundles import BundleFactory
+from tests.lib.specs import spec_dict
 
 FIXED = ["a\nExecStartPre=+/bin/sh -c id", "b\"c d\\e", "50%x$HOME ${HOME} $$", "'; rm -rf / #",
          "tab\there\x85next\u2028line\u2029para\rcr\x0bvt\x0cff\x1bESC\x7fDEL", "é ✓ \U0001f600",

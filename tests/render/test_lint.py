@@ -13,7 +13,8 @@ from specbundle.mirror import Mirror
 from specbundle.render import RULES, lint_bundle, lint_spec, render_bundle
 from specbundle.render.lint import LintReport
 from specbundle.spec import parse_spec
-from tests.render.conftest import BundleFactory, spec_dict
+from tests.lib.bundles import BundleFactory
+from tests.lib.specs import spec_dict
 
 VLLM_ONLY = {"engines.sglang": None, "engines.llamacpp": None, "target.gguf_file": None,
              "draft.gguf_file": None}

@@ -16,8 +16,8 @@ from specbundle.bundle import read_unsigned
 from specbundle.mirror import Mirror
 from specbundle.render import build_serve_command, lint_bundle
 from tests._engine import find_llama_server
+from tests.lib.bundles import BundleFactory
 from tests.render._argcheck import check_llamacpp
-from tests.render.conftest import BundleFactory
 
 _LLAMA = {"engines.vllm": None, "engines.sglang": None}
 _NO_DRAFT = {**_LLAMA, "draft": None}

@@ -23,7 +23,7 @@ from specbundle.render import build_serve_command, lint_bundle
 from specbundle.render.llamacpp import slot_context, slot_need
 from specbundle.spec import parse_spec
 from specbundle.synth import make_pair
-from tests.render.conftest import BundleFactory
+from tests.lib.bundles import BundleFactory
 
 _LLAMA = {"engines.vllm": None, "engines.sglang": None, "engines.llamacpp.parallel": None,
           "deployment.p95_concurrency": 8}

@@ -27,7 +27,7 @@ from specbundle.errors import RenderError
 from specbundle.mirror import Mirror
 from specbundle.render import OFFLINE_ENV, ServeCommand, build_serve_command, render_bundle
 from specbundle.render.paths import method_words_in
-from tests.render.conftest import DIGEST, BundleFactory
+from tests.lib.bundles import DIGEST, BundleFactory
 
 ENGINES = ("vllm", "sglang", "llamacpp")
 K8S_VERSION = "1.33"

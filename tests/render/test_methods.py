@@ -23,10 +23,11 @@ from specbundle.render.methods import ENGINE_REFUSED, engine_method
 from specbundle.render.vllm_oracle import dump_table
 from specbundle.spec import REFUSED_METHODS, EngineName, SpecMethod, parse_spec
 from tests._engine import find_llama_server
+from tests._sglang import algorithms, needs_sglang
 from tests._vllm import find_test_vllm
+from tests.lib.bundles import BundleFactory
+from tests.lib.specs import spec_dict
 from tests.render._argcheck import DATA, check_llamacpp, check_sglang, check_vllm
-from tests.render._sglang import algorithms, needs_sglang
-from tests.render.conftest import BundleFactory, spec_dict
 
 V, S, L = EngineName.VLLM, EngineName.SGLANG, EngineName.LLAMACPP
 

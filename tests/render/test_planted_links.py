@@ -10,7 +10,7 @@ from specbundle.bundle import read_unsigned
 from specbundle.errors import CorruptMirror, RenderError
 from specbundle.mirror import Mirror
 from specbundle.render import render_bundle
-from tests.render.conftest import DIGEST, BundleFactory
+from tests.lib.bundles import DIGEST, BundleFactory
 
 
 def _victim(tmp_path: Path) -> Path:

@@ -22,8 +22,9 @@ from specbundle.record import BundleRecord
 from specbundle.render import build_serve_command, lint_bundle
 from specbundle.render.rules_sglang import ngram_tree
 from specbundle.spec import dump_spec, parse_spec
-from tests.render._sglang import needs_sglang, resolve
-from tests.render.conftest import DRAFT_COMMIT, TARGET_COMMIT, _artifact, spec_dict
+from tests._sglang import needs_sglang, resolve
+from tests.lib.bundles import DRAFT_COMMIT, TARGET_COMMIT, make_artifact
+from tests.lib.specs import spec_dict
 
 pytestmark = needs_sglang
 
@@ -96,12 +97,12 @@ def _bundle(mirror: Mirror, name: str, changes: dict[str, Any]) -> BundleRecord:
     draft_cfg = json.dumps(changes.pop(_DRAFT_CFG, _LLAMA)).encode()
     spec = parse_spec(spec_dict(**{**_ONLY, "metadata.name": name, **changes}))
     cfg = json.dumps(_LLAMA).encode()
-    target = _artifact(mirror, "target", spec.target.repo, TARGET_COMMIT,
-                       {"config.json": cfg, "model.safetensors": b"t"})
+    target = make_artifact(mirror, "target", spec.target.repo, TARGET_COMMIT,
+                           {"config.json": cfg, "model.safetensors": b"t"})
     draft = None
     if spec.draft is not None:
-        draft = _artifact(mirror, "draft", spec.draft.repo, DRAFT_COMMIT,
-                          {"config.json": draft_cfg, "model.safetensors": b"d"})
+        draft = make_artifact(mirror, "draft", spec.draft.repo, DRAFT_COMMIT,
+                              {"config.json": draft_cfg, "model.safetensors": b"d"})
     rec = BundleRecord(name=spec.name, spec=dump_spec(spec), target=target, draft=draft,
                        created="2026-11-29T00:00:00Z", tool_version="0.1.0")
     with mirror.lock():
@@ -291,7 +292,7 @@ def test_removed_flags_are_refused_by_sglang_and_by_lint(verdicts: dict[str, Any
 def test_feature_table_row_matches_the_installed_release(verdicts: dict[str, Any]) -> None:
     """The 0.5.23 row of the version table, checked against the installed sources."""
     from specbundle.render.sglang_versions import DEFAULT_VERSION, FEATURES
-    from tests.render._sglang import VENV
+    from tests._sglang import VENV
 
     assert DEFAULT_VERSION == "0.5.23" and FEATURES["0.5.23"] == frozenset(
         {"dflash", "dspark", "adaptive", "meta-counts", "retract-counter", "cuda-graph-split",
@@ -308,7 +309,7 @@ def test_feature_table_row_matches_the_installed_release(verdicts: dict[str, Any
 def test_transcribed_flag_table_is_a_subset_of_the_real_parser() -> None:
     """The table lint falls back on (SGLang absent) names only flags 0.5.23 has."""
     from specbundle.render.argrules import SGLANG_FLAGS
-    from tests.render._sglang import flags
+    from tests._sglang import flags
 
     real = flags()
     ours = {n for k, r in SGLANG_FLAGS.items() for n in (k, *r.aliases)}
@@ -326,7 +327,7 @@ def test_transcribed_choices_and_negations_are_the_real_parsers() -> None:
     """Flags with argparse choices carry exactly SGLang's choices; no ``--no-<flag>`` form is
     accepted that 0.5.23 does not have (its booleans are store_true)."""
     from specbundle.render.argrules import SGLANG_FLAGS, canonical_flag
-    from tests.render._sglang import choices, flags
+    from tests._sglang import choices, flags
 
     real, real_choices = flags(), choices()
     for k, r in SGLANG_FLAGS.items():

@@ -10,6 +10,7 @@ import pytest
 
 from specbundle.mirror import Mirror
 from specbundle.render import build_serve_command
+from tests.lib.bundles import BundleFactory
 from tests.render._argcheck import (
     ArgCheckError,
     check_llamacpp,
@@ -17,7 +18,6 @@ from tests.render._argcheck import (
     check_spec_config,
     check_vllm,
 )
-from tests.render.conftest import BundleFactory
 
 _NO_LLAMA = {"engines.llamacpp": None, "target.gguf_file": None}
 

@@ -21,7 +21,7 @@ from specbundle.render.argrules import (
 from specbundle.render.vllm import split_extra_args
 from specbundle.render.vllm_oracle import PINNED_VLLM
 from specbundle.spec import VLLMSettings
-from tests.render.conftest import BundleFactory
+from tests.lib.bundles import BundleFactory
 
 VLLM_ONLY = {"engines.sglang": None, "engines.llamacpp": None, "target.gguf_file": None,
              "draft.gguf_file": None}

@@ -12,9 +12,9 @@ from specbundle import attest
 from specbundle.review import approval_status
 from specbundle.sign import sign_bundle
 from specbundle.verify import BundleVerificationFailed, load_policy, verify_bundle
-from tests.clihelp import run_cli
-from tests.review.builders import Versions
-from tests.sign.helpers import policy_doc, write_policy
+from tests.lib.cli import run_cli
+from tests.lib.policy import policy_doc, write_policy
+from tests.lib.versions import Versions
 
 
 @pytest.fixture

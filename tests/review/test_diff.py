@@ -17,9 +17,9 @@ from specbundle.scan.findings import Severity
 from specbundle.sign import sign_bundle
 from specbundle.transfer import export_bundle
 from specbundle.verify import load_policy
-from tests.clihelp import run_cli
-from tests.review.builders import Versions
-from tests.sign.helpers import make_model
+from tests.lib.cli import run_cli
+from tests.lib.models import make_model
+from tests.lib.versions import Versions
 
 SCHEMA = Path(__file__).parents[2] / "manifests" / "schemas" / "bundle-diff.schema.json"
 

@@ -14,10 +14,10 @@ import pytest
 
 from specbundle import attest
 from specbundle.mirror import Mirror, versions
-from tests.clihelp import run_cli
-from tests.oci.registry import Registry, registry_available, run_registry
-from tests.review.builders import Versions
-from tests.sign.helpers import policy_doc, write_policy
+from tests.lib.cli import run_cli
+from tests.lib.policy import policy_doc, write_policy
+from tests.lib.registry import Registry, registry_available, run_registry
+from tests.lib.versions import Versions
 
 SCHEMA = Path(__file__).parents[2] / "manifests" / "schemas" / "bundle-diff.schema.json"
 VERIFICATION_SCHEMA = SCHEMA.with_name("verification-report.schema.json")

@@ -11,7 +11,7 @@ from specbundle.review.page import build_review, render_review_html
 from specbundle.spec import load_spec
 from specbundle.transfer import export_bundle
 from specbundle.verify import load_policy
-from tests.review.builders import Versions
+from tests.lib.versions import Versions
 
 
 def test_working_record_before_sign_against_current(tmp_path: Path) -> None:

@@ -19,8 +19,8 @@ from specbundle.sign import sign_bundle
 from specbundle.spec import load_spec
 from specbundle.synth import make_pair
 from tests._browser import dump_dom, requires_chromium
-from tests.clihelp import run_cli
-from tests.sign.helpers import policy_doc, write_policy
+from tests.lib.cli import run_cli
+from tests.lib.policy import policy_doc, write_policy
 
 pytestmark = requires_chromium
 

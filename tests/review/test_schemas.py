@@ -10,9 +10,9 @@ import pytest
 
 from specbundle import attest
 from specbundle.attest.keys import write_private_key
-from tests.clihelp import run_cli
-from tests.review.builders import Versions
-from tests.sign.helpers import policy_doc, write_policy
+from tests.lib.cli import run_cli
+from tests.lib.policy import policy_doc, write_policy
+from tests.lib.versions import Versions
 
 SCHEMAS = Path(__file__).parents[2] / "manifests" / "schemas"
 

@@ -43,8 +43,8 @@ from specbundle.scan.pickles.second_opinion import (
 )
 from specbundle.scan.runner import run_checks
 from specbundle.spec import BundleSpec, parse_spec
-from tests.clihelp import run_cli
-from tests.scan import corpus
+from tests.lib import corpus
+from tests.lib.cli import run_cli
 from tests.scan.conftest import FAST, ids
 
 

@@ -20,7 +20,8 @@ import pytest
 
 from specbundle.scan import ScanReport, Severity, scan_tree, to_sarif
 from specbundle.scan.formats.gguf_reader import StringArray, read_gguf
-from tests.scan import corpus, zipcraft
+from tests.lib import corpus
+from tests.scan import zipcraft
 from tests.scan.conftest import FAST
 from tests.scan.pickles.builds import use_build
 from tests.scan.test_robustness import _mutate

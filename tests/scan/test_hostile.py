@@ -17,7 +17,8 @@ import pytest
 
 from specbundle.scan import ScanOptions, ScanReport, Severity, scan_tree, to_sarif
 from specbundle.scan.formats import gguf_reader
-from tests.scan import corpus, zipcraft
+from tests.lib import corpus
+from tests.scan import zipcraft
 from tests.scan.conftest import FAST, ids
 
 Scan = Callable[..., ScanReport]

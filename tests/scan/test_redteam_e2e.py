@@ -20,9 +20,9 @@ import pytest
 
 from specbundle import attest
 from specbundle.localhub import _GIT_ENV, LocalHub, lfs_pointer, serve_hub
-from tests.clihelp import run_cli
-from tests.scan import corpus
-from tests.sign.helpers import key_files, policy_doc, write_policy
+from tests.lib import corpus
+from tests.lib.cli import run_cli
+from tests.lib.policy import key_files, policy_doc, write_policy
 
 _ENV = {**os.environ, **_GIT_ENV}
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from specbundle.scan import Severity, scan_tree
 from specbundle.spec import SpecMethod
-from tests.scan import corpus
+from tests.lib import corpus
 from tests.scan.conftest import FAST, ids
 from tests.scan.unreadable import unreadable
 

@@ -20,7 +20,9 @@ import yaml
 from specbundle import attest
 from specbundle.mirror import Mirror
 from specbundle.sign import sign_bundle, sign_model
-from tests.sign.helpers import make_model, policy_doc, pulled_bundle, write_scan_report
+from tests.lib.bundles import pulled_bundle, write_scan_report
+from tests.lib.models import make_model
+from tests.lib.policy import policy_doc
 
 
 def build(out: Path) -> None:

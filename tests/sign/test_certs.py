@@ -22,9 +22,10 @@ from specbundle.attest.certs import CLOCK_SKEW, parse_crls
 from specbundle.errors import UsageError, VerificationError
 from specbundle.sign import sign_model
 from specbundle.verify import ModelVerificationFailed, verify_model
-from tests.clihelp import run_cli
-from tests.sign.helpers import key_files, make_model
-from tests.sign.pki import DAY, NOW, Ca, write_pem
+from tests.lib.cli import run_cli
+from tests.lib.models import make_model
+from tests.lib.pki import DAY, NOW, Ca, write_pem
+from tests.lib.policy import key_files
 
 ms = pytest.importorskip("model_signing", reason="model-signing (test extra) is not installed")
 

@@ -15,7 +15,8 @@ from specbundle.cli import main
 from specbundle.errors import UsageError, VerificationError
 from specbundle.sign import sign_model
 from specbundle.verify import ModelVerificationFailed, verify_model
-from tests.sign.helpers import key_files, make_model
+from tests.lib.models import make_model
+from tests.lib.policy import key_files
 
 ms = pytest.importorskip("model_signing", reason="model-signing (test extra) is not installed")
 

@@ -15,16 +15,12 @@ from specbundle.attest.pkcs11 import MODULE_ENV, PIN_ENV, load_token_key, parse_
 from specbundle.errors import EnvironmentProblem, UsageError
 from specbundle.mirror import Mirror
 from specbundle.verify import load_policy, verify_bundle, verify_model
-from tests.clihelp import run_cli
-from tests.sign.helpers import (
-    make_model,
-    policy_doc,
-    pulled_bundle,
-    write_policy,
-    write_scan_report,
-)
-from tests.sign.hsm import HAVE_SOFTHSM, MODULE, PIN, init_token
-from tests.sign.pki import Ca, write_pem
+from tests.lib.bundles import pulled_bundle, write_scan_report
+from tests.lib.cli import run_cli
+from tests.lib.hsm import HAVE_SOFTHSM, MODULE, PIN, init_token
+from tests.lib.models import make_model
+from tests.lib.pki import Ca, write_pem
+from tests.lib.policy import policy_doc, write_policy
 
 PyKCS11 = pytest.importorskip("PyKCS11", reason="PyKCS11 (pkcs11 extra) is not installed")
 pytestmark = pytest.mark.skipif(not HAVE_SOFTHSM,

@@ -16,7 +16,7 @@ from specbundle.attest import ChainTrust, IdentityRule, UntrustedCertificate, lo
 from specbundle.attest.sigstore_oms import SigstoreTrust, is_sigstore_signed
 from specbundle.errors import VerificationError
 from specbundle.verify import ModelVerificationFailed, verify_model
-from tests.clihelp import run_cli
+from tests.lib.cli import run_cli
 
 DATA = Path(__file__).parent / "data" / "oms-reference"
 IDENTITY, ISSUER = "stefanb@us.ibm.com", "https://sigstore.verify.ibm.com/oauth2"

@@ -13,7 +13,7 @@ from specbundle.cli import main
 from specbundle.errors import ScanBlocked, UsageError, VerificationError
 from specbundle.mirror import Mirror
 from specbundle.sign import sign_bundle
-from tests.sign.helpers import pulled_bundle, write_scan_report
+from tests.lib.bundles import pulled_bundle, write_scan_report
 
 ms = pytest.importorskip("model_signing", reason="model-signing (test extra) is not installed")
 

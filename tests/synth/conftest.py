@@ -1,4 +1,5 @@
-"""Session-wide synthetic pairs: generated once, shared by the file and engine tests."""
+"""Session-wide synthetic pairs (tests/lib/models.py): generated once, shared by the file and
+engine tests and by the bench and admit tests that use the same seed."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specbundle.synth import SynthPair, make_pair
+from specbundle.synth import SynthPair
+from tests.lib.models import PairStore
 
 
 @pytest.fixture(scope="session")
@@ -15,15 +17,15 @@ def synth_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def good_pair(synth_root: Path) -> SynthPair:
-    return make_pair(synth_root / "good", quality="good", seed=7)
+def good_pair(synth_pairs: PairStore) -> SynthPair:
+    return synth_pairs.get(quality="good", seed=7)
 
 
 @pytest.fixture(scope="session")
-def bad_pair(synth_root: Path) -> SynthPair:
-    return make_pair(synth_root / "bad", quality="bad", seed=7)
+def bad_pair(synth_pairs: PairStore) -> SynthPair:
+    return synth_pairs.get(quality="bad", seed=7)
 
 
 @pytest.fixture(scope="session")
-def costly_pair(synth_root: Path) -> SynthPair:
-    return make_pair(synth_root / "costly", quality="costly", seed=7)
+def costly_pair(synth_pairs: PairStore) -> SynthPair:
+    return synth_pairs.get(quality="costly", seed=7)

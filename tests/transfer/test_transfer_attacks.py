@@ -16,7 +16,7 @@ from specbundle.mirror import Mirror
 from specbundle.transfer import export_bundle, import_bundle
 from specbundle.verify import BundleVerificationFailed, load_policy, verify_bundle
 from tests.lib.bundles import Signed
-from tests.sign.helpers import policy_doc, write_policy
+from tests.lib.policy import policy_doc, write_policy
 
 
 def _set(s: Signed, tmp: Path, name: str = "t") -> Path:

@@ -15,9 +15,10 @@ from specbundle.errors import SpecError
 from specbundle.mirror import Mirror
 from specbundle.sign import sign_bundle
 from specbundle.verify import BundleVerificationFailed, load_policy, parse_policy, verify_bundle
-from tests.clihelp import run_cli
-from tests.sign.helpers import key_files, policy_doc, pulled_bundle, write_policy, write_scan_report
-from tests.sign.pki import Ca, pem, write_pem
+from tests.lib.bundles import pulled_bundle, write_scan_report
+from tests.lib.cli import run_cli
+from tests.lib.pki import Ca, pem, write_pem
+from tests.lib.policy import key_files, policy_doc, write_policy
 
 KEY = generate_key("ecdsa-p256")
 ROOT = Ca.root()

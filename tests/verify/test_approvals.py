@@ -13,7 +13,7 @@ from specbundle.record import BundleRecord
 from specbundle.sign import sign_bundle
 from specbundle.verify import BundleVerificationFailed, verify_bundle
 from tests.lib.bundles import Signed, make_signed
-from tests.sign.helpers import policy_doc, write_policy
+from tests.lib.policy import policy_doc, write_policy
 
 #: Spec-only changes a designated approver never saw (engine arguments, K, thresholds).
 CHANGES = {

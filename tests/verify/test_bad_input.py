@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from specbundle.mirror import versions
-from tests.clihelp import run_cli
 from tests.lib.bundles import Signed
+from tests.lib.cli import run_cli
 
 
 def test_mirror_ls_with_a_non_object_spec(signed: Signed,

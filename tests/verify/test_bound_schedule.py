@@ -19,8 +19,9 @@ from specbundle.schedule import SCHEDULE_FILE, Tier, TunedSchedule, apply_tuned
 from specbundle.sign import sign_bundle
 from specbundle.spec import parse_spec
 from specbundle.verify import load_policy, verify_bundle
-from tests.render.conftest import spec_dict
-from tests.sign.helpers import policy_doc, pulled_bundle, write_policy, write_scan_report
+from tests.lib.bundles import pulled_bundle, write_scan_report
+from tests.lib.policy import policy_doc, write_policy
+from tests.lib.specs import spec_dict
 
 
 def _tune_predicate(uri: str, schedule: bytes) -> dict[str, object]:

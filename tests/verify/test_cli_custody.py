@@ -9,8 +9,8 @@ import pytest
 from specbundle.mirror import versions
 from specbundle.record import BundleRecord
 from specbundle.verify import verify_bundle
-from tests.clihelp import run_cli
 from tests.lib.bundles import Signed
+from tests.lib.cli import run_cli
 
 
 def _edit_record(s: Signed, tokens: int) -> None:

@@ -11,11 +11,9 @@ from specbundle import attest
 from specbundle.mirror import Mirror
 from specbundle.transfer import export_bundle
 from specbundle.verify import verify_bundle
-from tests.clihelp import run_cli
 from tests.lib.bundles import Signed
-from tests.mirror.test_store_faults import _fill, small_fs
-
-__all__ = ["small_fs"]  # the tmpfs fixture, shared
+from tests.lib.cli import run_cli
+from tests.lib.fs import fill
 
 
 def _disk_message(err: str, where: Path) -> None:
@@ -30,7 +28,7 @@ def test_export_to_a_full_medium(signed: Signed, small_fs: Path,
     attest.write_private_key(signed.key, key)
     out = small_fs / "set"
     out.mkdir()
-    filler = _fill(small_fs)
+    filler = fill(small_fs)
     code, _, err = run_cli(capsys, "export", "pair", "--mirror", str(signed.mirror.root),
                            "--to", str(out), "--key", str(key))
     assert code == 6, err
@@ -47,7 +45,7 @@ def test_import_into_a_full_mirror(signed: Signed, small_fs: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     export_bundle(signed.mirror, "pair", signed.tmp / "set", [signed.key])
     iso = Mirror.open(small_fs / "iso", create=True)
-    filler = _fill(small_fs)
+    filler = fill(small_fs)
     args = ("import", str(signed.tmp / "set"), "--mirror", str(iso.root),
             "--trust", str(signed.policy_path))
     code, _, err = run_cli(capsys, *args)

@@ -7,7 +7,7 @@ from pathlib import Path
 from specbundle import attest
 from specbundle.verify import load_policy
 from specbundle.verify.eligibility import eligible_keys, eligible_signers
-from tests.sign.helpers import policy_doc, write_policy
+from tests.lib.policy import policy_doc, write_policy
 
 
 def test_each_reason_a_signer_does_not_count(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ import pytest
 from specbundle import attest
 from specbundle.mirror import versions
 from specbundle.sign import sign_bundle
-from tests.clihelp import run_cli
 from tests.lib.bundles import Signed
+from tests.lib.cli import run_cli
 
 
 def _export(signed: Signed, capsys: pytest.CaptureFixture[str], out: Path) -> tuple[int, str]:

@@ -23,7 +23,7 @@ from specbundle.transfer import export_bundle, import_bundle
 from specbundle.verify import BundleVerificationFailed, load_policy, verify_bundle
 from specbundle.verify.floors import log_floor
 from tests.lib.bundles import Signed
-from tests.sign.helpers import policy_doc, write_policy
+from tests.lib.policy import policy_doc, write_policy
 
 
 def _state(s: Signed) -> dict[str, object]:

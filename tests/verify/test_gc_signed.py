@@ -13,9 +13,8 @@ from specbundle.mirror import Mirror, versions
 from specbundle.sign import sign_bundle
 from specbundle.transfer import export_bundle, import_bundle
 from specbundle.verify import verify_bundle
-from tests.clihelp import run_cli
-from tests.lib.bundles import Signed
-from tests.sign.helpers import pulled_bundle, write_scan_report
+from tests.lib.bundles import Signed, pulled_bundle, write_scan_report
+from tests.lib.cli import run_cli
 from tests.verify.test_faults import _run, _tmp_empty
 
 

@@ -14,7 +14,7 @@ from specbundle.record import BundleRecord
 from specbundle.render import render_bundle
 from specbundle.verify import BundleVerificationFailed, Problem, verify_bundle
 from tests.lib.bundles import Signed, make_signed
-from tests.sign.helpers import policy_doc, write_policy
+from tests.lib.policy import policy_doc, write_policy
 
 
 def _fail(s: Signed) -> list[Problem]:

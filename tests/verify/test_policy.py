@@ -13,7 +13,7 @@ from specbundle.cli import main
 from specbundle.errors import SpecError
 from specbundle.verify import load_policy, parse_policy
 from tests.lib.bundles import Signed
-from tests.sign.helpers import policy_doc
+from tests.lib.policy import policy_doc
 
 KEY = attest.generate_key("ecdsa-p256")
 OTHER = attest.generate_key("ed25519")

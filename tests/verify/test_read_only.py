@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.clihelp import run_cli
 from tests.lib.bundles import Signed
+from tests.lib.cli import run_cli
 
 
 def _tree(root: Path) -> dict[str, tuple[int, float]]:

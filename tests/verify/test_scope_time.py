@@ -12,7 +12,7 @@ from specbundle.audit.revocation import revoke_key
 from specbundle.verify import BundleVerificationFailed, verify_bundle
 from specbundle.verify.policy import MAX_CLOCK_SKEW
 from tests.lib.bundles import Signed
-from tests.sign.helpers import policy_doc, write_policy
+from tests.lib.policy import policy_doc, write_policy
 
 
 def _with_narrow_key(s: Signed, *, revoker: bool = False) -> attest.SigningKey:

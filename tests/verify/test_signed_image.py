@@ -16,7 +16,8 @@ from specbundle.mirror import Mirror, versions
 from specbundle.render import render_bundle
 from specbundle.sign import sign_bundle
 from specbundle.verify import verify_bundle
-from tests.sign.helpers import policy_doc, pulled_bundle, write_policy, write_scan_report
+from tests.lib.bundles import pulled_bundle, write_scan_report
+from tests.lib.policy import policy_doc, write_policy
 
 SIGNED = "vllm/vllm-openai@sha256:" + "e" * 64
 SWAPPED = "evil/vllm@sha256:" + "f" * 64

@@ -16,7 +16,7 @@ from specbundle.mirror import versions
 from specbundle.sign import sign_bundle
 from specbundle.verify import BundleVerificationFailed, Problem, verify_bundle
 from tests.lib.bundles import Signed, make_signed
-from tests.sign.helpers import policy_doc, write_policy
+from tests.lib.policy import policy_doc, write_policy
 
 
 def _fail(s: Signed, **kw: object) -> list[Problem]:
@@ -218,7 +218,8 @@ def test_target_only_bundle_signs_and_verifies(tmp_path: Path) -> None:
     from specbundle.mirror import Mirror
     from specbundle.pull import pull_bundle
     from specbundle.spec import load_spec
-    from tests.sign.helpers import make_model, write_scan_report
+    from tests.lib.bundles import write_scan_report
+    from tests.lib.models import make_model
 
     t = make_model(tmp_path / "src" / "target")
     spec = tmp_path / "mtp.yaml"

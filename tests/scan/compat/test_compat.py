@@ -12,7 +12,7 @@ import pytest
 
 from specbundle.scan import ScanReport, Severity, scan_tree
 from specbundle.spec import SpecMethod
-from tests.scan import corpus
+from tests.lib import corpus
 from tests.scan.conftest import FAST, ids
 
 

@@ -21,7 +21,7 @@ import pytest
 from specbundle.scan import ScanReport, Severity, scan_tree
 from specbundle.scan.names.check import name_problem
 from specbundle.spec import SpecMethod
-from tests.scan import corpus
+from tests.lib import corpus
 from tests.scan.conftest import FAST, ids
 from tests.scan.unreadable import unreadable
 

@@ -23,7 +23,7 @@ from specbundle.scan import ScanReport, Severity, scan_tree, to_sarif
 from specbundle.scan.formats import gguf_reader
 from specbundle.scan.formats.gguf_header import _CHUNK, _duplicate_tokens
 from specbundle.scan.formats.gguf_reader import StringArray
-from tests.scan import corpus
+from tests.lib import corpus
 from tests.scan.conftest import FAST, ids
 
 Scan = Callable[..., ScanReport]

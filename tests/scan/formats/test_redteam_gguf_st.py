@@ -19,7 +19,7 @@ import pytest
 from specbundle.scan import ScanReport, Severity, scan_tree, to_sarif
 from specbundle.scan.findings import Finding, finding
 from specbundle.scan.formats import gguf_reader
-from tests.scan import corpus
+from tests.lib import corpus
 from tests.scan.conftest import FAST, ids
 
 Scan = Callable[..., ScanReport]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from specbundle.scan import ScanOptions, ScanReport, Severity, scan_tree
-from tests.scan import corpus
+from tests.lib import corpus
 from tests.scan.conftest import FAST, ids
 
 Scan = Callable[..., ScanReport]

@@ -17,7 +17,7 @@ from specbundle.scan import ScanReport, Severity, scan_tree
 from specbundle.scan.sniff import FileKind, sniff, sniff_bytes
 from specbundle.synth import make_eagle3_head
 from specbundle.synth.weights import Shape
-from tests.scan import corpus
+from tests.lib import corpus
 from tests.scan.conftest import FAST, ids
 
 Scan = Callable[..., ScanReport]

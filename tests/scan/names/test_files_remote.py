@@ -10,7 +10,7 @@ import pytest
 
 from specbundle.scan import Severity, scan_tree
 from specbundle.scan.names.check import name_problem
-from tests.scan import corpus
+from tests.lib import corpus
 from tests.scan.conftest import FAST, ids
 
 

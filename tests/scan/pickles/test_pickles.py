@@ -10,7 +10,7 @@ import pytest
 
 from specbundle.scan import ScanReport, Severity, scan_tree
 from specbundle.scan.pickles.walker import TORCH_ALLOWED, looks_like_pickle, walk_pickle
-from tests.scan import corpus
+from tests.lib import corpus
 from tests.scan.conftest import FAST, ids
 
 Scan = Callable[..., ScanReport]

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from specbundle.scan import ScanReport, Severity, scan_tree
-from tests.scan import corpus, zipcraft
+from tests.lib import corpus
+from tests.scan import zipcraft
 from tests.scan.conftest import FAST, ids
 
 DATA = Path(__file__).parent.parent / "data" / "torch"

@@ -16,9 +16,9 @@ import pytest
 
 from specbundle.scan import ScanReport, Severity
 from specbundle.scan.pickles.walker import TORCH_ALLOWED, walk_pickle
-from tests.scan import corpus
+from tests.lib import corpus
+from tests.lib.corpus import _bu, _global
 from tests.scan.conftest import ids
-from tests.scan.corpus import _bu, _global
 
 Scan = Callable[..., ScanReport]
 

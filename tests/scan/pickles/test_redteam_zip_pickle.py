@@ -18,7 +18,8 @@ from specbundle.scan import ScanReport, Severity, scan_tree
 from specbundle.scan.pickles.walker import looks_like_pickle
 from specbundle.scan.pickles.zipwalk import ZipAmbiguity, verify_crcs, walk_zip
 from specbundle.scan.sniff import FileKind, sniff_bytes
-from tests.scan import corpus, zipcraft
+from tests.lib import corpus
+from tests.scan import zipcraft
 from tests.scan.conftest import FAST, ids
 
 Scan = Callable[..., ScanReport]

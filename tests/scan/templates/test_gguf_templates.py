@@ -11,7 +11,7 @@ import pytest
 
 from specbundle.scan import ScanReport, scan_tree
 from specbundle.scan.templates.check import analyse_template
-from tests.scan import corpus
+from tests.lib import corpus
 from tests.scan.conftest import FAST, ids
 
 Scan = Callable[..., ScanReport]

@@ -13,7 +13,9 @@ from specbundle.scan import ScanOptions, scan_bundle
 from specbundle.scan.findings import Severity
 from specbundle.sign import sign_bundle
 from specbundle.spec import load_spec
-from tests.sign.helpers import make_model, policy_doc, write_policy, write_scan_report
+from tests.lib.bundles import write_scan_report
+from tests.lib.models import make_model
+from tests.lib.policy import policy_doc, write_policy
 
 
 @dataclass

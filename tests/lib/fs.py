@@ -1,0 +1,37 @@
+"""A small real filesystem to fill: what a full disk or medium looks like to the code."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs (skipped where mounting is not permitted)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(path: Path) -> Path:
+    """Write a filler file under ``path`` until the filesystem refuses even one byte."""
+    filler = path / "filler"
+    with filler.open("wb", buffering=0) as fh:
+        for size in (65536, 4096, 512, 1):
+            try:
+                while True:
+                    fh.write(b"\0" * size)
+            except OSError:
+                continue
+    return filler
