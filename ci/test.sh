@@ -37,22 +37,38 @@ done
 
 counts=$(mktemp -d "${TMPDIR:-/tmp}/specbundle-counts.XXXXXX")
 pytest_args=(-q -p no:cacheprovider -p tests._timing)
+# Most tests use one core: they run on two workers (pytest-xdist, a whole module per worker, so
+# a module's fixtures are built once); tests that start an engine only to check what it does
+# (flags, outputs, counters) run there too. Tests that judge an engine's speed (marked
+# `measures`: bench, admit and the demo on a real engine) run alone, after the rest, so
+# nothing else competes for the cores while they measure.
+workers=(-n 2 --dist loadfile)
+light="not gpu and not online and not measures"
+alone="not gpu and not online and measures"
+isolate=(sh -c 'exec "$@"' sh)
+namespace=""
+if unshare -rn true 2>/dev/null; then
+  isolate=(unshare -rn sh -c 'ip link set lo up 2>/dev/null || true; exec "$@"' sh)
+  namespace="unshare -rn"
+else
+  echo "unshare -rn unavailable: running isolated-side tests without a network namespace"
+  namespace="no namespace"
+fi
+# pytest's 5 (nothing selected: a -k or -m given here left a phase empty) is not a failure
+suite() { "$@" || { rc=$?; [ "$rc" -eq 5 ] || return "$rc"; }; }
 status=0
 SB_PYTEST_COUNTS="$counts/connected.json" \
-  timed "suite: connected side" python -m pytest "${pytest_args[@]}" "${connected[@]}" "$@" \
-  || status=$?
+  timed "suite: connected side (2 workers)" \
+  suite python -m pytest "${pytest_args[@]}" "${workers[@]}" "${connected[@]}" "$@" || status=$?
 if [ ${#isolated[@]} -gt 0 ]; then
-  if unshare -rn true 2>/dev/null; then
-    SB_PYTEST_COUNTS="$counts/isolated.json" timed "suite: isolated side (unshare -rn)" \
-      unshare -rn sh -c 'ip link set lo up 2>/dev/null || true; exec "$@"' sh \
-      python -m pytest "${pytest_args[@]}" "${ignore_host_only[@]}" "${isolated[@]}" "$@" \
-      || status=$?
-  else
-    echo "unshare -rn unavailable: running isolated-side tests without a network namespace"
-    SB_PYTEST_COUNTS="$counts/isolated.json" timed "suite: isolated side (no namespace)" \
-      python -m pytest "${pytest_args[@]}" "${ignore_host_only[@]}" "${isolated[@]}" "$@" \
-      || status=$?
-  fi
+  SB_PYTEST_COUNTS="$counts/isolated-light.json" \
+    timed "suite: isolated side, the rest (2 workers, $namespace)" \
+    suite "${isolate[@]}" python -m pytest "${pytest_args[@]}" "${workers[@]}" -m "$light" \
+    "${ignore_host_only[@]}" "${isolated[@]}" "$@" || status=$?
+  SB_PYTEST_COUNTS="$counts/isolated-engines.json" \
+    timed "suite: isolated side, measuring engines (alone, $namespace)" \
+    suite "${isolate[@]}" python -m pytest "${pytest_args[@]}" -m "$alone" \
+    "${ignore_host_only[@]}" "${isolated[@]}" "$@" || status=$?
 fi
 # One closing line for both suites, and a plain word on what did not run.
 python - "$counts" "$SB_TIMINGS.closing" <<'PY'

@@ -17,7 +17,7 @@ import pytest
 
 _SECONDS: defaultdict[str, float] = defaultdict(float)
 _COUNTS: defaultdict[str, int] = defaultdict(int)
-_TOP = 15
+_TOP = 25
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -35,5 +35,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(
                 f"{int(secs) // 60:4d}:{int(secs) % 60:02d} {100 * secs / total:5.1f}%  {path}")
     out = os.environ.get("SB_PYTEST_COUNTS")
-    if out:
+    # under pytest-xdist the controller sees every worker's reports: only it writes the counts
+    if out and not hasattr(terminalreporter.config, "workerinput"):
         Path(out).write_text(json.dumps(dict(_COUNTS)), encoding="utf-8")

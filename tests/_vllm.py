@@ -25,11 +25,12 @@ import httpx
 import pytest
 
 from specbundle.bench.client import AiohttpTransport, CompletionRequest, run_level
+from specbundle.bench.prometheus import parse_scrape
 from specbundle.bench.servers import free_port, launch
 from specbundle.render.vllm_oracle import INSTALL_HINT, find_vllm, oracle_env
 
-__all__ = ["VLLM_CPU_ARGS", "client_throughput", "find_test_vllm", "side_by_side",
-           "vllm_bench_serve", "vllm_completion", "vllm_env", "vllm_server"]
+__all__ = ["COUNTERS", "VLLM_CPU_ARGS", "client_throughput", "find_test_vllm", "metrics",
+           "side_by_side", "vllm_bench_serve", "vllm_completion", "vllm_env", "vllm_server"]
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What a CPU boot needs in ``engines.vllm.extra_args`` (torch.compile boots take 2-4x longer
@@ -37,6 +38,9 @@ ROOT = Path(__file__).resolve().parent.parent
 VLLM_CPU_ARGS = ["--dtype", "bfloat16", "--enforce-eager"]
 #: Boots measured 43-108 s on an idle 2-core box; a shared one is slower.
 BOOT_TIMEOUT_S = float(os.environ.get("SPECBUNDLE_VLLM_BOOT_TIMEOUT", "900"))
+#: vLLM's speculative-decoding counters: drafts, draft tokens, accepted tokens.
+COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+            "vllm:spec_decode_num_accepted_tokens_total")
 
 
 def find_test_vllm() -> Path | None:
@@ -116,6 +120,13 @@ def side_by_side(*servers: AbstractContextManager[str]) -> Iterator[list[str]]:
             h.stop.set()
         for h in held:
             h.join()
+
+
+def metrics(url: str) -> dict[str, float]:
+    """vLLM's counters summed over their label sets (``engine``, ``model_name``)."""
+    s = parse_scrape(httpx.get(url + "/metrics", timeout=10, trust_env=False).text)
+    names = (*COUNTERS, "vllm:num_preemptions_total")
+    return {k: v for k in names if (v := s.total(k)) is not None}
 
 
 def vllm_completion(url: str, model: str, prompt: str, *, max_tokens: int = 32,

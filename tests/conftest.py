@@ -24,6 +24,12 @@ from tests.lib.models import synth_pairs  # noqa: F401 - the session's read-only
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# A runner's terminal width (pytest-xdist starts its workers with COLUMNS=80) would fix the
+# CLI console's width when it is imported, which happens after this file: the tests that
+# need a width set one themselves (tests/test_cli_tables.py).
+for _var in ("COLUMNS", "LINES"):
+    os.environ.pop(_var, None)
+
 _SCRUB = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", "SPECBUNDLE_MIRROR",
           "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
 

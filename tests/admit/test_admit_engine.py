@@ -24,7 +24,7 @@ from tests.lib.bundles import Signed, signed_bundle
 
 # A statistical verdict on a shared 2-core box: a failure is re-measured (twice) before it counts.
 MEASURED = pytest.mark.flaky(reruns=2, reruns_delay=2)
-pytestmark = [pytest.mark.engine, pytest.mark.slow, MEASURED, pytest.mark.integration]
+pytestmark = [pytest.mark.engine, pytest.mark.slow, MEASURED, pytest.mark.integration, pytest.mark.measures]
 
 SCHEMA = Path(__file__).parents[2] / "manifests" / "schemas" / "bench-report.schema.json"
 #: The test gate: speculation must be significantly faster (CI lower bound above 1.0).

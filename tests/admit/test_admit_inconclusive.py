@@ -28,7 +28,7 @@ from specbundle.digest import sha256_bytes
 from specbundle.synth import SynthPair
 from tests.lib.bundles import Signed, signed_bundle
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow]
+pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.measures]
 
 #: Rounds before the sequential rule's first look. A round of this pair takes about 3 s on
 #: an idle 2-core box (CI: 12 rounds in the 40 s budget), so 40 rounds cannot finish inside

@@ -15,7 +15,7 @@ from specbundle.verify import verify_bundle
 from tests.lib.bundles import Signed, signed_bundle
 from tests.lib.models import PairStore
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.integration, pytest.mark.measures]
 
 
 @pytest.fixture(scope="module")

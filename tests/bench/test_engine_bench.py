@@ -22,7 +22,7 @@ from tests.lib.specs import bundle_doc
 
 # A statistical verdict on a shared 2-core box: a failure is re-measured (twice) before it counts.
 MEASURED = pytest.mark.flaky(reruns=2, reruns_delay=2)
-pytestmark = [pytest.mark.engine, pytest.mark.slow, MEASURED]
+pytestmark = [pytest.mark.engine, pytest.mark.slow, MEASURED, pytest.mark.measures]
 
 COUNTERS = ("llamacpp:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_draft_tokens_total",
             "llamacpp:spec_decode_num_accepted_tokens_total")

@@ -25,7 +25,7 @@ from tests.lib.specs import bundle_doc
 
 # A statistical verdict on a shared 2-core box: a failure is re-measured (twice) before it counts.
 MEASURED = pytest.mark.flaky(reruns=2, reruns_delay=2)
-pytestmark = [pytest.mark.engine, pytest.mark.slow, MEASURED]
+pytestmark = [pytest.mark.engine, pytest.mark.slow, MEASURED, pytest.mark.measures]
 
 
 def _bench(root: Path, name: str, pair: SynthPair, binary: Path, **opts: Any) -> BenchReport:

@@ -1,24 +1,21 @@
-"""The real vLLM (CPU build) in the loop: rendered serve.sh boots, bench, admit, cross-check.
+"""The real vLLM (CPU build) in the loop: bench, admit and a cross-check on rendered serve.sh.
 
 Boots are the cost here (about a minute each on an idle 2-core box, several on a loaded
-one), so one module shares them: the baseline arm boots once; each method's speculative arm
-boots once and serves one or more tests; servers that are needed together boot together
-(``side_by_side``: a boot is mostly imports on one core, and nothing is measured while one
-runs); at most three servers (speculative, baseline, draft alone) run at once. Every server
-is started from the bundle's own rendered ``serve.sh`` (or, for the draft alone, from the
-baseline command with the draft swapped in, as ``specbundle bench`` does).
+one), so one module shares them: the baseline arm boots once; servers that are needed
+together boot together (``side_by_side``: a boot is mostly imports on one core, and nothing
+is measured while one runs); at most three servers (speculative, baseline, draft alone) run
+at once. Every server is started from the bundle's own rendered ``serve.sh`` (or, for the
+draft alone, from the baseline command with the draft swapped in, as ``specbundle bench``
+does). The other methods' flag sets boot in tests/render/test_vllm_methods.py.
 
-What is held: the flag set render emits boots for draft_model, eagle3, eagle, ngram and a
-per-batch-size schedule, and speculates (counters move, greedy output equals the baseline's);
-``specbundle bench --engine vllm`` admits the good pair (at P95 concurrency 1) and rejects the
-bad one naming α ≤ c; the report's acceptance equals the counter deltas exactly and the per-request
+What is held: ``specbundle bench --engine vllm`` admits the good pair (at P95 concurrency 1)
+and rejects the bad one naming α ≤ c; the report's acceptance equals the counter deltas exactly and the per-request
 figures; the KV ceiling is read from the real capacity labels; specbundle's throughput and
 acceptance agree with ``vllm bench serve`` on the same server and workload.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import sys
@@ -31,26 +28,13 @@ import pytest
 
 from specbundle.admit.decision import evaluate
 from specbundle.bench.api import load_report
-from specbundle.bench.engines import VllmAdapter
 from specbundle.bench.prometheus import parse_scrape
 from specbundle.bench.report import BenchReport
-from specbundle.bench.servers import free_port, launch
-from specbundle.bundle import read_unsigned
-from specbundle.mirror import Mirror
-from specbundle.render import build_serve_command, render_bundle
 from specbundle.spec import parse_spec
-from tests._vllm import (
-    BOOT_TIMEOUT_S,
-    client_throughput,
-    side_by_side,
-    vllm_bench_serve,
-    vllm_completion,
-    vllm_env,
-    vllm_server,
-)
-from tests._vllm_bundles import PROMPTS, PROMPTS_FILE, VllmModels, make_models, pull, vllm_doc
+from tests._vllm import COUNTERS, client_throughput, metrics, side_by_side, vllm_bench_serve
+from tests._vllm_bundles import PROMPTS_FILE, VllmBox, make_box, vllm_doc
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(3600), pytest.mark.measures]
 
 PRM = ["--per-request-spec-decode-metrics", "summary"]
 #: The draft model costs vLLM 14 % of its KV capacity here (measured); the default gate is 10 %.
@@ -59,50 +43,11 @@ ADMISSION = {"max_concurrency_ceiling_drop": 0.25}
 #: CI 1.07-1.25, over 12+12 rounds); at 2 it breaks even (0.99x: verifying 4 tokens costs vLLM
 #: about 2.9 decode steps here), which the sweep reports. The gate asks for a significant win.
 GOOD_ADMISSION = {**ADMISSION, "min_throughput_ratio_lower_bound": 1.0}
-COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
-            "vllm:spec_decode_num_accepted_tokens_total")
-
-
-@dataclass
-class Box:
-    """The module's shared state: models, mirror, and the tmp dir servers log into."""
-
-    root: Path
-    models: VllmModels
-    mirror: Mirror
-    vllm_bin: Path
-
-    def script(self, name: str) -> Path:
-        res = render_bundle(read_unsigned(self.mirror, name), "vllm", "shell")
-        return next(f for f in res.files if f.suffix == ".sh")
-
-    @contextlib.contextmanager
-    def serve(self, name: str, *, speculation: bool = True) -> Iterator[str]:
-        log = self.root / f"{name}-{'spec' if speculation else 'base'}.log"
-        with vllm_server(self.script(name), self.vllm_bin, tmp=self.root,
-                         speculation=speculation, log=log) as url:
-            yield url
-
-    @contextlib.contextmanager
-    def serve_draft(self, name: str) -> Iterator[str]:
-        """The draft alone with the baseline's settings (how bench measures c)."""
-        rec = self.mirror.load_bundle(name)
-        base = build_serve_command(rec, "vllm", mirror=self.mirror, speculation=False)
-        assert base.draft_path is not None
-        words = VllmAdapter().draft_only_argv(list(base.args), str(base.draft_path))
-        port = free_port()
-        argv = [str(self.vllm_bin), "serve", *words, "--host", "127.0.0.1", "--port", str(port)]
-        with launch(argv, env=vllm_env(self.root, self.vllm_bin), host="127.0.0.1", port=port,
-                    log=self.root / f"{name}-draft.log", timeout=BOOT_TIMEOUT_S) as url:
-            yield url
 
 
 @pytest.fixture(scope="module")
-def box(module_tmp: Path, vllm_bin: Path) -> Box:
-    root = module_tmp
-    m = make_models(root / "models")
-    mirror = Mirror.open(root / "mirror", create=True)
-    docs = [
+def box(module_tmp: Path, vllm_bin: Path) -> VllmBox:
+    return make_box(module_tmp, vllm_bin, lambda m: [
         vllm_doc("vgood", m.target, m.good.draft_dir, k=3, extra_args=PRM, p95=1,
                  admission=GOOD_ADMISSION,
                  # servers by URL: rounds cost no boots. 8 requests a level: c's sign-test
@@ -111,84 +56,14 @@ def box(module_tmp: Path, vllm_bin: Path) -> Box:
                  # seen in 1 to 5 pairs of 16) no longer decide α > c
                  bench={"rounds": 4, "max_rounds": 16, "requests_per_level": 8}),
         vllm_doc("vbad", m.target, m.bad.draft_dir, k=3, extra_args=PRM, admission=ADMISSION),
-        vllm_doc("vhead3", m.target, m.eagle3, method="eagle3", k=3),
-        vllm_doc("vhead1", m.target, m.eagle1, method="eagle", k=2),
-        vllm_doc("vngram", m.target, None, method="ngram", k=3,
-                 speculative_extra={"prompt_lookup_max": 4, "prompt_lookup_min": 2}),
-        vllm_doc("vsched", m.target, m.eagle3, method="eagle3", k=3,
-                 schedule=[[1, 1, 3], [2, 8, 1]]),
-    ]
-    for doc in docs:
-        pull(mirror, doc)
-    return Box(root, m, mirror, vllm_bin)
+    ])
 
 
 @pytest.fixture(scope="module")
-def baseline(box: Box) -> Iterator[str]:
+def baseline(box: VllmBox) -> Iterator[str]:
     """The baseline arm (no speculation) of the shared target, booted once."""
     with box.serve("vgood", speculation=False) as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def reference(baseline: str) -> dict[str, str]:
-    """The baseline's greedy text per prompt: what every method must reproduce."""
-    return {p: vllm_completion(baseline, "vgood", p)["choices"][0]["text"] for p in PROMPTS}
-
-
-def metrics(url: str) -> dict[str, float]:
-    """vLLM's counters summed over their label sets (``engine``, ``model_name``)."""
-    import httpx
-
-    s = parse_scrape(httpx.get(url + "/metrics", timeout=10, trust_env=False).text)
-    names = (*COUNTERS, "vllm:num_preemptions_total")
-    return {k: v for k in names if (v := s.total(k)) is not None}
-
-
-def _greedy_and_counters(url: str, name: str) -> tuple[dict[str, str], dict[str, float]]:
-    before = metrics(url)
-    texts = {p: vllm_completion(url, name, p)["choices"][0]["text"] for p in PROMPTS}
-    after = metrics(url)
-    return texts, {k: after.get(k, 0.0) - before.get(k, 0.0) for k in COUNTERS}
-
-
-#: The method bundles, booted two at a time beside the baseline (three servers at most).
-METHOD_PAIRS = (("vhead3", "vhead1"), ("vngram", "vsched"))
-Served = tuple[dict[str, str], dict[str, float]]
-
-
-@pytest.fixture(scope="module")
-def methods(box: Box, baseline: str) -> dict[str, Served | BaseException]:
-    """Each method's greedy texts and counter deltas (or why its server failed), per name."""
-    del baseline  # booted first: the servers of a pair then boot side by side beside it
-    out: dict[str, Served | BaseException] = {}
-    for pair in METHOD_PAIRS:
-        try:
-            with side_by_side(*(box.serve(n) for n in pair)) as urls:
-                for name, url in zip(pair, urls, strict=True):
-                    try:
-                        out[name] = _greedy_and_counters(url, name)
-                    except Exception as err:  # noqa: BLE001 - raised again by its test
-                        out[name] = err
-        except Exception as err:  # noqa: BLE001 - a boot failed: raised again by each test
-            for name in pair:
-                out.setdefault(name, err)
-    return out
-
-
-@pytest.mark.parametrize("name", [n for pair in METHOD_PAIRS for n in pair])
-def test_rendered_manifest_boots_and_speculates(methods: dict[str, Served | BaseException],
-                                                reference: dict[str, str], name: str) -> None:
-    """The flag set render emits starts vLLM as is, drafts, and keeps greedy output exact."""
-    got = methods[name]
-    if isinstance(got, BaseException):
-        raise got
-    texts, delta = got
-    assert delta[COUNTERS[1]] >= delta[COUNTERS[0]] >= 0
-    assert 0 <= delta[COUNTERS[2]] <= delta[COUNTERS[1]]
-    if name != "vngram":  # the heads draft every step (random heads: acceptance may be 0);
-        assert delta[COUNTERS[0]] > 0  # n-gram lookup drafts only on a repeat
-    assert texts == reference
 
 
 @dataclass(frozen=True)
@@ -206,7 +81,7 @@ def _cache_labels(url: str) -> dict[str, str]:
     return dict(parse_scrape(text).label_sets("vllm:cache_config_info")[0])
 
 
-def _bench(box: Box, name: str, spec_url: str, base_url: str, draft_url: str) -> Benched:
+def _bench(box: VllmBox, name: str, spec_url: str, base_url: str, draft_url: str) -> Benched:
     """``specbundle bench NAME --engine vllm`` as a user runs it (a subprocess: module scope)."""
     before = metrics(spec_url)
     proc = subprocess.run(  # the real CLI, against the three running servers
@@ -222,26 +97,26 @@ def _bench(box: Box, name: str, spec_url: str, base_url: str, draft_url: str) ->
 
 
 @pytest.fixture(scope="module")
-def good(box: Box, baseline: str) -> Iterator[tuple[Benched, str]]:
+def good(box: VllmBox, baseline: str) -> Iterator[tuple[Benched, str]]:
     """The good pair benched; its speculative server stays up for the cross-check."""
     with side_by_side(box.serve("vgood"), box.serve_draft("vgood")) as (spec_url, draft_url):
         yield _bench(box, "vgood", spec_url, baseline, draft_url), spec_url
 
 
 @pytest.fixture(scope="module")
-def bad(box: Box, baseline: str, good: tuple[Benched, str]) -> Benched:
+def bad(box: VllmBox, baseline: str, good: tuple[Benched, str]) -> Benched:
     """The bad pair benched after the good one (its servers replace the good ones)."""
     del good  # ordering only: never more than three servers at once
     with side_by_side(box.serve("vbad"), box.serve_draft("vbad")) as (spec_url, draft_url):
         return _bench(box, "vbad", spec_url, baseline, draft_url)
 
 
-def _gate(box: Box, name: str, report: BenchReport) -> Any:
+def _gate(box: VllmBox, name: str, report: BenchReport) -> Any:
     spec = parse_spec(box.mirror.load_bundle(name).spec)
     return evaluate(report, spec.admission)
 
 
-def test_good_pair_is_admitted(box: Box, good: tuple[Benched, str]) -> None:
+def test_good_pair_is_admitted(box: VllmBox, good: tuple[Benched, str]) -> None:
     """Every gate criterion passes on the real engine, the throughput ratio included: its CI
     lower bound clears 1 at the P95 concurrency (the bench adds rounds while it straddles).
 
@@ -271,7 +146,7 @@ def test_good_pair_is_admitted(box: Box, good: tuple[Benched, str]) -> None:
     assert v is not None and v.headline.startswith("speculation wins at your P95 concurrency 1")
 
 
-def test_bad_pair_is_rejected_naming_alpha_at_most_c(box: Box, bad: Benched) -> None:
+def test_bad_pair_is_rejected_naming_alpha_at_most_c(box: VllmBox, bad: Benched) -> None:
     gate = _gate(box, "vbad", bad.report)
     assert not gate.admitted
     assert any(r.startswith("alpha_above_c: α = ") and "≤ c =" in r for r in gate.reasons), \
@@ -317,7 +192,7 @@ def test_preemptions_from_the_counter(good: tuple[Benched, str]) -> None:
 CROSS_PAIRS = 4
 
 
-def test_throughput_and_acceptance_match_vllm_bench_serve(box: Box,
+def test_throughput_and_acceptance_match_vllm_bench_serve(box: VllmBox,
                                                           good: tuple[Benched, str]) -> None:
     """Same server, prompts, length, concurrency and greedy sampling for both clients, their
     runs alternated and compared pair by pair (the median of the pair ratios); the acceptance

@@ -13,7 +13,7 @@ import pytest
 from specbundle.mirror import Mirror
 from specbundle.mirror.versions import current_version, model_sig_rel, read_version_file
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.measures]
 
 
 def _demo(work: Path) -> dict:

@@ -13,7 +13,7 @@ import pytest
 from tests.lib.hsm import HAVE_SOFTHSM, init_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow,
-              pytest.mark.skipif(not HAVE_SOFTHSM, reason="softhsm2/opensc not installed")]
+              pytest.mark.skipif(not HAVE_SOFTHSM, reason="softhsm2/opensc not installed"), pytest.mark.measures]
 pytest.importorskip("PyKCS11", reason="PyKCS11 (pkcs11 extra) is not installed")
 
 

@@ -33,6 +33,7 @@ def test_demo_without_vllm_says_how_to_get_it(tmp_path: Path) -> None:
 
 
 @pytest.mark.vllm
+@pytest.mark.measures
 @pytest.mark.timeout(3600)
 def test_demo_admits_on_vllm(tmp_path: Path, vllm_bin: Path) -> None:
     """Bench and admission on the real engine: both arms and the draft booted from the
