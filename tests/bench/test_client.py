@@ -106,3 +106,75 @@ def test_run_level_keeps_concurrency_and_counts_throughput(
     assert ok == 8
     # 8 requests, 4 at a time, each ~4 gaps of 10 ms: two waves, 32 tokens in > 80 ms
     assert 0 < tps < 32 / 0.08
+
+
+class _ClosingServer:
+    """HTTP/1.1 keep-alive on loopback that drops every connection at its second request
+    without a byte of reply, as llama-server's cpp-httplib does to a connection it closed
+    while the client was sending (an idle timeout, a request count): every pooled
+    connection the client holds goes stale at once."""
+
+    BODY = b'data: {"choices": [{"text": "x"}]}\n\ndata: [DONE]\n\n'
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.dropped = 0
+        self.open_now = 0
+        self.both_open = asyncio.Event()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                if served == 1:
+                    self.dropped += 1
+                    return
+                self.open_now += 1
+                if self.open_now >= 2:  # the first two requests overlap: two connections
+                    self.both_open.set()
+                await asyncio.wait_for(self.both_open.wait(), 5)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(self.BODY), self.BODY))
+                await writer.drain()
+                served += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        finally:
+            writer.close()
+
+
+def test_a_request_on_stale_pooled_connections_is_retried_once_on_a_new_one() -> None:
+    """Both pooled connections went stale together: the retry must not draw the second one
+    from the pool (it would meet the same fate), and the server's dropped request is not
+    counted: the caller sees one clean reply."""
+    async def go() -> tuple[list[bytes], _ClosingServer]:
+        srv = _ClosingServer()
+        server = await asyncio.start_server(srv.handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        url = f"http://127.0.0.1:{port}/v1/completions"
+        got: list[bytes] = []
+
+        def sink(_now: int, data: bytes) -> bool:
+            got.append(data)
+            return data != b"[DONE]"
+
+        t = AiohttpTransport(limit=2)
+        try:
+            await asyncio.gather(*(t.post_sse(url, b"{}", sink) for _ in range(2)))
+            assert srv.connections == 2  # two kept-alive connections now sit in the pool
+            got.clear()
+            await t.post_sse(url, b"{}", sink)
+        finally:
+            await t.aclose()
+            server.close()
+            await server.wait_closed()
+        return got, srv
+
+    got, srv = asyncio.run(go())
+    assert got == [b'{"choices": [{"text": "x"}]}', b"[DONE]"]
+    assert srv.dropped == 1 and srv.connections == 3

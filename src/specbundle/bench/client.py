@@ -51,6 +51,7 @@ class AiohttpTransport:
         self._limit = limit
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=30)
         self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None
 
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -60,17 +61,30 @@ class AiohttpTransport:
             )
         return self._session
 
+    def _fresh_sess(self) -> aiohttp.ClientSession:
+        """A session whose every request opens a new connection: the pool may hold several
+        connections the server closed at once (an idle timeout), and a retry drawn from it
+        would meet the next one."""
+        if self._fresh is None:
+            self._fresh = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._limit, force_close=True),
+                timeout=self._timeout, trust_env=False,
+            )
+        return self._fresh
+
     async def post_sse(self, url: str, body: bytes, sink: EventSink) -> None:
         """Stream one POST; each ``data:`` payload goes to ``sink`` with its arrival time.
 
         A kept-alive connection the server has already closed (llama-server's cpp-httplib
-        closes one after a few requests) fails before any response byte; only then is the
-        request sent once more, on a fresh connection: the server never saw the first try.
+        closes one after a few requests, or when it sat idle) fails before any response byte;
+        only then is the request sent once more, on a new connection (never another pooled
+        one): the server sent nothing for the first try, so nothing of it is counted.
         """
         for attempt in (0, 1):
             replied = False
+            sess = self._fresh_sess() if attempt else self._sess()
             try:
-                async with self._sess().post(
+                async with sess.post(
                     url, data=body, headers={"Content-Type": "application/json"}
                 ) as resp:
                     replied = True
@@ -106,10 +120,11 @@ class AiohttpTransport:
                     return
 
     async def aclose(self) -> None:
-        """Close the session."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the sessions."""
+        for sess in (self._session, self._fresh):
+            if sess is not None:
+                await sess.close()
+        self._session = self._fresh = None
 
 
 def _stale(err: Exception) -> bool:
