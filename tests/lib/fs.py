@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,12 +10,12 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs (skipped where mounting is not permitted)."""
-    mnt = tmp_path / "small"
+@contextlib.contextmanager
+def tmpfs(mnt: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``4m``) mounted on a new folder ``mnt`` for the block; the test
+    is skipped where mounting is not permitted."""
     mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
                           capture_output=True, check=False)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
@@ -22,6 +23,13 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs (skipped where mounting is not permitted)."""
+    with tmpfs(tmp_path / "small", "4m") as mnt:
+        yield mnt
 
 
 def fill(path: Path) -> Path:

@@ -23,6 +23,7 @@ from specbundle import _faults
 from specbundle.localhub import LocalHub, publish_repo
 from specbundle.mirror import Mirror
 from tests.lib.cli import run_cli
+from tests.lib.fs import tmpfs
 from tests.lib.models import make_model_dir
 from tests.lib.specs import spec_text
 
@@ -216,16 +217,8 @@ def test_gc_racing_a_pull_never_loses_a_verified_object(
 
 @pytest.fixture
 def small_mirror(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)],
-                          capture_output=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "small", "6m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_full_disk_during_pull_names_path_and_space_then_resumes(
