@@ -3,7 +3,8 @@
 A command module that raises is plugged in through the public :data:`specbundle.cli.COMMANDS`
 table; what is tested is :func:`specbundle.cli.main` and :mod:`specbundle.cli._errors` as they
 are. The table below is the promise: the machine lacking something (disk, permission, memory,
-network) is 6, Ctrl-C is 130, anything else that escaped the library unwrapped is 1 ("report it").
+network) is 6, Ctrl-C is 130, input the strict reader refused is 3, anything else that escaped
+the library unwrapped is 1 ("report it").
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 import yaml
 
 from specbundle import cli
+from specbundle.strict import MalformedDocument
 from tests.lib.cli import run_cli
 
 _TOKEN = "hf_" + "a1B2c3D4e5F6g7H8"
@@ -53,6 +55,9 @@ _CASES: dict[str, tuple[Callable[[], BaseException], int, str]] = {
     "unicode": (lambda: UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), 1,
                 "internal"),
     "interrupt": (KeyboardInterrupt, 130, "interrupted"),
+    # the strict reader refused input no stage wrapped: the input's fault, not the tool's
+    "malformed": (lambda: MalformedDocument(f"x.json: duplicate key 'a' {_TOKEN}"), 3,
+                  "malformed"),
 }
 
 

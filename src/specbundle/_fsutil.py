@@ -22,7 +22,7 @@ from specbundle import _faults
 from specbundle.errors import CorruptMirror, DiskError
 
 __all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_json", "canonical_json",
-           "disk_error", "fd_path", "fsync_dir", "json_bytes", "link_at", "mkdir_at",
+           "disk_error", "fd_path", "fsync_dir", "json_bytes", "link_at", "mkdir_at", "move_in_at",
            "open_append", "open_dir", "open_file_at", "real_dir", "refuse_link_at",
            "remove_at", "rename_at", "rmtree_at", "tmp_name", "unlink_at", "write_at"]
 
@@ -55,7 +55,7 @@ def disk_error(err: OSError, path: Path, *, need: int | None = None,
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_faults.register("fs.dir-opened")
+_faults.register("fs.dir-opened", "fs.file-checked")
 
 
 def _planted(where: Path, kind: str | None = None) -> CorruptMirror:
@@ -258,6 +258,54 @@ def open_file_at(dfd: int, name: str, where: Path,
         os.close(fd)
         raise
     return fd
+
+
+def move_in_at(src: Path, dfd: int, name: str, where: Path, *, mode: int = 0o444) -> bool:
+    """Move the regular file ``src`` into the folder ``dfd`` as ``name`` (fsynced, ``mode``),
+    unless ``name`` is there already (then ``src`` is removed); True if it moved.
+
+    ``src`` is opened no-follow and non-blocking and must be a regular file; it is renamed to
+    a private name in ``dfd`` first and only published as ``name`` if that is still the file
+    that was checked. A link, FIFO or folder put in place of ``src`` (or swapped in after the
+    check) is never chmodded, fsynced through or published.
+
+    Raises:
+        CorruptMirror: ``src`` or an existing ``name`` is not a regular file, or ``src`` was
+            swapped while it was moved (exit 3).
+    """
+    try:
+        have = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(have.st_mode):
+            raise _planted(where / name, "not a regular file")
+        src.unlink(missing_ok=True)  # the link itself, never what it names
+        return False
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
+            raise _planted(src, "not a regular file") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _planted(src, "not a regular file")
+        os.fsync(fd)
+        os.fchmod(fd, mode)
+        _faults.point("fs.file-checked", src)
+        private = tmp_name(name, "in")
+        os.rename(src, private, dst_dir_fd=dfd)
+        moved = os.stat(private, dir_fd=dfd, follow_symlinks=False)
+        if (moved.st_dev, moved.st_ino) != (st.st_dev, st.st_ino):
+            unlink_at(dfd, private)
+            raise _planted(src, "a file swapped while it was stored")
+        os.rename(private, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        os.fsync(dfd)
+    finally:
+        os.close(fd)
+    return True
 
 
 def fd_path(dfd: int, name: str) -> Path:

@@ -25,6 +25,25 @@ def tmpfs(mnt: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+@contextlib.contextmanager
+def read_only_view(src: Path, at: Path) -> Iterator[Path]:
+    """``src`` bind-mounted read-only on a new folder ``at`` (a deployment node's mirror) for
+    the block; the test is skipped where mounting is not permitted."""
+    at.mkdir()
+    done = subprocess.run(["mount", "--bind", str(src), str(at)], capture_output=True,
+                          check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {done.stderr.decode().strip()}")
+    try:
+        done = subprocess.run(["mount", "-o", "remount,bind,ro", str(at)], capture_output=True,
+                              check=False)
+        if done.returncode != 0:
+            pytest.skip(f"cannot remount read-only: {done.stderr.decode().strip()}")
+        yield at
+    finally:
+        subprocess.run(["umount", "-l", str(at)], check=False)
+
+
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB tmpfs (skipped where mounting is not permitted)."""

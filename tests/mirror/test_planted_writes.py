@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from specbundle import _faults
+from specbundle._locks import LockTimeout, hold
 from specbundle.errors import CorruptMirror
 from specbundle.mirror import Mirror, trees
 from specbundle.pull import pull_bundle
 from specbundle.record import ArtifactRecord
 from specbundle.spec import load_spec
+from specbundle.transfer.staging import staging_lock
 from tests.lib.models import make_model_dir
 from tests.lib.specs import spec_text
 
@@ -187,3 +190,100 @@ def test_mirror_files_outside_bundles_refuse_a_planted_path(tmp_path: Path, vict
         m.write_file("oci/pulls.json", b"{}")
         assert target.is_file() and not target.is_symlink() and target.read_bytes() == b"{}"
     _untouched(victim)
+
+
+@pytest.mark.parametrize("name", [".lock", ".import.lock"])
+@pytest.mark.parametrize("what", ["file-link", "link", "fifo", "folder"])
+def test_a_lock_file_planted_as_a_link_fifo_or_folder_is_refused(tmp_path: Path, victim: Path,
+                                                            name: str, what: str) -> None:
+    """A writer opens its lock file through the mirror folder's fd, no-follow: a link there
+    is never opened (an ``O_TRUNC`` open through it would empty the file it names), a FIFO
+    opens non-blocking and is refused (the writer never waits on it)."""
+    m = Mirror.open(tmp_path / "m", create=True)
+    lock = (lambda: m.lock()) if name == ".lock" else (lambda: staging_lock(m))
+    with lock():  # twin
+        pass
+    _plant(m.root / name, what, victim)
+    with pytest.raises(CorruptMirror) as err, lock():
+        pass
+    _refused(err, "not a regular file")
+    _untouched(victim)
+
+
+def test_the_mirror_lock_excludes_a_second_holder_and_is_released(tmp_path: Path) -> None:
+    m = Mirror.open(tmp_path / "m", create=True)
+    with m.lock(), pytest.raises(LockTimeout), hold(m.root, ".lock", timeout=0.2):
+        pass
+    with hold(m.root, ".lock", timeout=0):  # released when the first holder left
+        pass
+
+
+
+@pytest.mark.parametrize("what", ["file-link", "fifo", "folder"])
+def test_put_object_never_stores_or_chmods_through_a_planted_temp_file(
+        tmp_path: Path, victim: Path, what: str) -> None:
+    """A temp file swapped for a link (to a file outside the mirror), a FIFO or a folder
+    before it is moved into the store: refused at once, the victim keeps its mode, and no
+    object of that digest appears."""
+    m = Mirror.open(tmp_path / "m", create=True)
+    sha = "ab" * 32
+    tmp = m.new_temp_path()
+    tmp.unlink()
+    _plant(tmp, what, victim)
+    mode = (victim / "keep").stat().st_mode
+    with pytest.raises(CorruptMirror) as err:
+        m.put_object(tmp, sha)
+    _refused(err, "not a regular file")
+    assert (victim / "keep").stat().st_mode == mode
+    assert not os.path.lexists(m.object_path(sha))
+    _untouched(victim)
+
+
+def test_put_object_refuses_an_existing_object_that_is_a_link(tmp_path: Path,
+                                                              victim: Path) -> None:
+    m = Mirror.open(tmp_path / "m", create=True)
+    sha = m.put_bytes(b"twin")
+    assert m.object_path(sha).is_file()
+    m.object_path(sha).unlink()
+    m.object_path(sha).symlink_to(victim / "keep")
+    tmp = m.new_temp_path()
+    tmp.write_bytes(b"twin")
+    with pytest.raises(CorruptMirror) as err:
+        m.put_object(tmp, sha)
+    _refused(err, "not a regular file")
+    _untouched(victim)
+
+
+def test_put_object_publishes_only_the_file_it_checked(tmp_path: Path) -> None:
+    """The temp file is renamed to a private name first and published only if it is still
+    the inode that was checked; the twin (nothing swapped) is stored read-only."""
+    m = Mirror.open(tmp_path / "m", create=True)
+    tmp = m.new_temp_path()
+    tmp.write_bytes(b"object")
+    sha = "cd" * 32
+    m.put_object(tmp, sha)
+    obj = m.object_path(sha)
+    assert obj.read_bytes() == b"object" and not obj.is_symlink()
+    assert oct(obj.stat().st_mode & 0o777) == oct(0o444)
+    assert sorted(p.name for p in obj.parent.iterdir()) == [sha]
+    assert not tmp.exists()
+
+
+def test_put_object_never_publishes_a_temp_file_swapped_after_the_check(
+        tmp_path: Path, victim: Path) -> None:
+    """Swapped between the check and the move (a writer racing the store): the swapped-in
+    file is moved to a private name, found not to be the one checked, and removed."""
+    m = Mirror.open(tmp_path / "m", create=True)
+    tmp = m.new_temp_path()
+    tmp.write_bytes(b"verified bytes")
+    sha = "ef" * 32
+
+    def swap(_detail: object) -> None:
+        tmp.unlink()
+        tmp.write_bytes(b"other bytes")
+
+    with _faults.hook("fs.file-checked", swap), pytest.raises(CorruptMirror) as err:
+        m.put_object(tmp, sha)
+    _refused(err, "swapped")
+    assert not os.path.lexists(m.object_path(sha))
+    assert [p.name for p in m.object_path(sha).parent.iterdir()] == []

@@ -5,6 +5,7 @@ version, with the same output and exit codes; the isolated mirror is left as it 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from specbundle import attest
 from specbundle.mirror import Mirror, versions
 from tests.lib.cli import run_cli
+from tests.lib.fs import read_only_view
 from tests.lib.policy import policy_doc, write_policy
 from tests.lib.registry import Registry, registry_available, run_registry
 from tests.lib.versions import Versions
@@ -156,3 +158,19 @@ def test_review_page_of_a_registry_version(gap: Gap, tmp_path: Path,
     html = out.read_text()
     assert f"pair v2 at {gap.repo}:v2" in html and "num_speculative_tokens" in html
     assert list(gap.iso.tmp_dir.glob("look-*")) == []
+
+
+def test_a_read_only_mirror_compares_against_the_registry(
+        gap: Gap, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a deployment node the mirror is mounted read-only: the registry's version is staged
+    in a private folder outside it (removed after), and the mirror is not touched."""
+    looks = set(Path(tempfile.gettempdir()).glob("specbundle-look-*"))
+    before = _state(gap.iso)
+    with read_only_view(gap.iso.root, tmp_path / "ro") as ro:
+        code, out, err = run_cli(capsys, "diff", "pair", "current", f"oci://{gap.repo}:v2",
+                                 "--json", "--mirror", str(ro), "--plain-http", "--trust",
+                                 str(gap.v.policy_path))
+    assert code == 0, err
+    assert json.loads(out)["new"]["version"] == 2
+    assert _state(gap.iso) == before
+    assert set(Path(tempfile.gettempdir()).glob("specbundle-look-*")) == looks

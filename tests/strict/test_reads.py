@@ -30,7 +30,6 @@ SRC = Path(specbundle.__file__).parent
 # O_WRONLY/O_RDWR/O_CREAT) and directory opens are not reads and need no entry.
 ALLOWED: dict[str, str] = {
     "strict.py::_open_fd": "the strict opener itself (O_NONBLOCK, then fstat S_ISREG)",
-    "mirror/store.py::Mirror.put_object": "fsyncs the temp file this call just wrote (write side)",
     "_native.py::_source_digest": "hashes a module's own source file inside the installed package",
     "render/argrules.py::_vllm_table": "a resource shipped inside the package",
     "attest/keys.py::write_private_key": "write side: its flags (O_WRONLY | O_CREAT | O_EXCL) "

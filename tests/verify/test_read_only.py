@@ -3,14 +3,15 @@ work there and write nothing to the mirror; a write into it fails with one clear
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from specbundle.mirror import Mirror
 from tests.lib.bundles import Signed
 from tests.lib.cli import run_cli
+from tests.lib.fs import read_only_view
 
 
 def _tree(root: Path) -> dict[str, tuple[int, float]]:
@@ -25,21 +26,8 @@ def ro_mirror(signed: Signed, capsys: pytest.CaptureFixture[str]) -> Iterator[Pa
                            "--trust", str(signed.policy_path), "--engine", "vllm",
                            "--target", "shell")
     assert code == 0, err
-    ro = signed.tmp / "ro"
-    ro.mkdir()
-    done = subprocess.run(["mount", "--bind", str(signed.mirror.root), str(ro)],
-                          capture_output=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot bind-mount here: {done.stderr.decode().strip()}")
-    try:
-        done = subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], capture_output=True,
-                              check=False)
-        if done.returncode != 0:
-            pytest.skip(f"cannot remount read-only: {done.stderr.decode().strip()}")
+    with read_only_view(signed.mirror.root, signed.tmp / "ro") as ro:
         yield ro
-    finally:
-        subprocess.run(["umount", "-l", str(ro)], check=False)
-
 
 def test_verify_audit_and_render_elsewhere_on_a_read_only_mirror(
         signed: Signed, ro_mirror: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,3 +55,11 @@ def test_a_render_into_a_read_only_mirror_is_one_clear_line(
                            "--allow-unpinned-image")
     assert code == 6, err
     assert "Read-only file system" in err and "Traceback" not in err
+
+
+def test_a_read_only_mirror_can_still_be_locked(signed: Signed, ro_mirror: Path) -> None:
+    """The lock file opens read-only where it cannot be opened for writing (``flock`` needs
+    no write access): a reader that locks is not refused on a deployment node."""
+    assert (ro_mirror / ".lock").is_file()
+    with Mirror.open(ro_mirror).lock():
+        pass

@@ -127,6 +127,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as ex:  # noqa: BLE001 - the one broad handler, by design
         if os.environ.get("SPECBUNDLE_DEBUG"):
             traceback.print_exc()
+        if exit_code_for(ex) == ExitCode.VERIFICATION_FAILED:  # malformed input, refused
+            _fail(ExitCode.VERIFICATION_FAILED, "malformed", redact(" ".join(str(ex).split())),
+                  None, as_json=as_json)
         if exit_code_for(ex) == ExitCode.ENVIRONMENT:  # out of memory, a network that refused
             _fail(ExitCode.ENVIRONMENT, "environment",
                   redact(": ".join(filter(None, (type(ex).__name__, str(ex))))), None,

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import filelock
-
 from specbundle import _faults
 from specbundle._fsutil import open_dir, unlink_at
+from specbundle._locks import LockTimeout, hold
 from specbundle.errors import CorruptMirror, MirrorError, VerificationError
 from specbundle.mirror import trees
 from specbundle.mirror.lease import live_leases
@@ -130,13 +129,11 @@ def reclaim_partials(mirror: Mirror) -> bool:
 
 def _staging_live(mirror: Mirror) -> bool:
     """Whether an import or OCI pull holds the staging lock (it stages under ``tmp/``)."""
-    lock = filelock.FileLock(str(mirror.root / ".import.lock"))
     try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
+        with hold(mirror.root, ".import.lock", timeout=0):
+            return False
+    except LockTimeout:
         return True
-    lock.release()
-    return False
 
 
 def _reclaim_tmp(mirror: Mirror, live: int, dry: bool) -> list[str]:
@@ -179,8 +176,11 @@ def collect(mirror: Mirror, *, dry_run: bool = False) -> GcResult:
                     if obj in live:
                         kept += 1
                         continue
+                    st = os.stat(obj, dir_fd=dfd, follow_symlinks=False)
+                    if obj.startswith(".") and time.time() - st.st_ctime < TMP_GRACE_S:
+                        continue  # an object a writer is moving in (put_object's private name)
                     removed.append(obj)
-                    freed += os.stat(obj, dir_fd=dfd, follow_symlinks=False).st_size
+                    freed += st.st_size
                     if not dry_run:
                         unlink_at(dfd, obj)
                         _faults.point("gc.object-removed")

@@ -31,18 +31,18 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import filelock
-
 from specbundle import _faults
 from specbundle._fsutil import (
     disk_error,
     fd_path,
     json_bytes,
+    move_in_at,
     open_dir,
     real_dir,
     tmp_name,
     write_at,
 )
+from specbundle._locks import LockTimeout, hold
 from specbundle.digest import is_sha256, sha256_bytes
 from specbundle.errors import (
     BundleNotFound,
@@ -111,9 +111,9 @@ class Mirror:
         """Exclusive lock for the commit phase of any writer (pull, gc, import)."""
         self.root.mkdir(parents=True, exist_ok=True)
         try:
-            with filelock.FileLock(str(self.root / ".lock"), timeout=_LOCK_TIMEOUT_S):
+            with hold(self.root, ".lock", timeout=_LOCK_TIMEOUT_S):
                 yield
-        except filelock.Timeout as err:
+        except LockTimeout as err:
             raise MirrorBusy(f"mirror {self.root} is locked by another writer",
                              hint=f"waited {_LOCK_TIMEOUT_S:.0f} s; retry when it is done") \
                 from err
@@ -161,18 +161,9 @@ class Mirror:
         dest = self.object_path(sha256)
         try:
             with open_dir(self.root, f"objects/sha256/{sha256[:2]}") as dfd:
-                try:
-                    os.stat(sha256, dir_fd=dfd, follow_symlinks=False)
-                except FileNotFoundError:
-                    pass
-                else:
-                    tmp.unlink(missing_ok=True)
-                    return dest
-                with Path(tmp).open("rb") as fh:  # fsync needs no write access
-                    os.fsync(fh.fileno())
-                tmp.chmod(0o444)
-                os.rename(tmp, sha256, dst_dir_fd=dfd)  # into the folder checked, not a link
-                os.fsync(dfd)
+                # by the fd of the file checked: a link or FIFO put in place of the temp file
+                # is never chmodded or moved into the store
+                move_in_at(tmp, dfd, sha256, dest.parent)
         except OSError as err:
             raise disk_error(err, dest, what="storing the object") from err
         _faults.point("object.renamed")

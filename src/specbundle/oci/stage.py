@@ -22,10 +22,13 @@ closed; a model.sig is still staged when no candidate opens, so verify reports t
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from specbundle import _faults, ids
 from specbundle._fsutil import mkdir_at, open_dir, real_dir, remove_at, rmtree_at
@@ -38,7 +41,7 @@ from specbundle.attest import (
     parse_statement,
 )
 from specbundle.attest.manifest import BUNDLE_MANIFEST_V1, BundleManifest, parse_manifest
-from specbundle.errors import MirrorError, VerificationError
+from specbundle.errors import DiskError, MirrorError, VerificationError
 from specbundle.mirror import Mirror, versions
 from specbundle.mirror.eventlog import read_chain
 from specbundle.mirror.versions import SCAN_REPORT, model_sig_rel
@@ -389,13 +392,29 @@ def staged_copy(mirror: Mirror, fetched: Fetched, policy: TrustPolicy, open_blob
         BundleVerificationFailed: the staged bundle fails verification (exit 3).
     """
     picked = _pick(mirror, fetched, policy)
-    with open_dir(mirror.root, "tmp") as tfd:  # never a link planted as tmp/
-        look = mkdir_at(tfd, "look", mirror.root / "tmp")
-    root = mirror.root / "tmp" / look
-    try:
+    with _look_room(mirror) as root:
         staging = Mirror.open(root, create=True)
         yield _stage_verified(staging, mirror, picked, fetched, policy, open_blob, progress,
                               workers, abort)[0]
+
+
+@contextmanager
+def _look_room(mirror: Mirror) -> Iterator[Path]:
+    """A private staging folder under the mirror's ``tmp/`` (objects it holds are linked, not
+    fetched), or in the system's temp folder where the mirror is read-only or full (a
+    deployment node): looking never needs write access to the mirror. Removed on exit."""
+    try:
+        with open_dir(mirror.root, "tmp") as tfd:  # never a link planted as tmp/
+            look = mkdir_at(tfd, "look", mirror.root / "tmp")
+    except DiskError:
+        outside = Path(tempfile.mkdtemp(prefix="specbundle-look-"))
+        try:
+            yield outside
+        finally:
+            shutil.rmtree(outside, ignore_errors=True)
+        return
+    try:
+        yield mirror.root / "tmp" / look
     finally:
         remove_at(mirror.root, f"tmp/{look}")
 

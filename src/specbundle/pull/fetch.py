@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import filelock
-
 from specbundle._fsutil import (
     disk_error,
     fd_path,
@@ -29,6 +27,7 @@ from specbundle._fsutil import (
     refuse_link_at,
     write_at,
 )
+from specbundle._locks import LockTimeout, hold_at
 from specbundle.digest import BLOCK_SIZE, is_sha256
 from specbundle.errors import CorruptMirror, DigestMismatch, PullError
 from specbundle.mirror import Mirror, model_dir_name
@@ -157,14 +156,14 @@ def fetch_file(
     with open_dir(mirror.root, "tmp/partial") as pfd:
         pdir = mirror.root / "tmp" / "partial"
         try:
-            with filelock.FileLock(str(fd_path(pfd, f"{key}.lock")), timeout=_LOCK_TIMEOUT_S):
+            with hold_at(pfd, f"{key}.lock", pdir / f"{key}.lock", timeout=_LOCK_TIMEOUT_S):
                 entry = _reuse(mirror, journal, f)  # a concurrent pull may have finished it
                 if entry is not None:
                     return FetchOutcome(entry, "reused")
                 refuse_link_at(pfd, f"{key}.part", pdir, folder=False)
                 return _download(mirror, source, resolved, f, journal, (pfd, f"{key}.part"),
                                  progress, task, cancel or threading.Event(), lease)
-        except filelock.Timeout as err:
+        except LockTimeout as err:
             raise PullError(f"{f.path}: another pull holds its download lock") from err
 
 

@@ -7,9 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import filelock
-
 from specbundle._fsutil import disk_error, remove_at
+from specbundle._locks import LockTimeout, hold
 from specbundle.errors import MirrorError
 from specbundle.mirror import Mirror
 
@@ -34,12 +33,8 @@ def discard_on_disk_error(staging: Mirror, need: int) -> Iterator[None]:
 def staging_lock(mirror: Mirror) -> Iterator[None]:
     """Held while staging into ``mirror``'s ``tmp/``: one importer (transfer set or OCI pull)
     at a time; the mirror lock is taken inside it only to commit."""
-    lock = filelock.FileLock(str(mirror.root / ".import.lock"))
     try:
-        lock.acquire(timeout=_STAGING_TIMEOUT_S)
-    except filelock.Timeout as err:
+        with hold(mirror.root, ".import.lock", timeout=_STAGING_TIMEOUT_S):
+            yield
+    except LockTimeout as err:
         raise MirrorError(f"another import holds {mirror.tmp_dir}") from err
-    try:
-        yield
-    finally:
-        lock.release()

@@ -318,8 +318,12 @@ def _sound(hdr: StHeader) -> bool:
 
 
 def _reference_parser(path: Path) -> str | None:
+    """The safetensors library's verdict on the file. It takes only a name, so it is given
+    the descriptor's own ``/proc/self/fd`` name: the regular file opened here (never a FIFO
+    or device put in its place, which would hang or never end), whatever the path becomes."""
     try:
-        with safe_open(str(path), framework="numpy") as fh:
+        with open_regular(path, follow=True) as held, \
+                safe_open(f"/proc/self/fd/{held.fileno()}", framework="numpy") as fh:
             fh.keys()
     except (SafetensorError, OSError, ValueError) as err:
         return str(err)
