@@ -54,7 +54,9 @@ def test_per_chunk_and_per_token_itl_under_multi_token_chunks(
     assert r.text == "t0 t1 t2 t3 t4 "
     assert r.finish_reason == "length"
     assert len(r.itl_chunk) == 4 and len(r.itl_token) == 12
-    assert min(r.itl_chunk) > 0.015
+    # each gap is timed, not zero: the gaps add up to the server's pauses (one stall of the
+    # client's loop may read two chunks back to back, so no single gap is held to 20 ms)
+    assert all(g >= 0 for g in r.itl_chunk) and sum(r.itl_chunk) > 0.04
     # per-token ITL is the chunk gap spread over the three tokens it carried
     assert r.itl_token[0] == pytest.approx(r.itl_chunk[0] / 3)
     assert r.tpot == pytest.approx((r.e2e - r.ttft) / 14)  # type: ignore[operator]
