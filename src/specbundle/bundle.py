@@ -51,6 +51,7 @@ class Bundle(ABC):
     mirror: Mirror
     record: BundleRecord
     spec: BundleSpec
+    #: role -> the artifact's own tree (``Mirror.artifact_dir``): what verify hashed
     paths: Mapping[str, Path]
 
     @property

@@ -354,7 +354,9 @@ def verify_bundle(
                                 files, nbytes, tuple(problems), on_write, verdicts)
     if problems or spec is None:
         raise BundleVerificationFailed(report)
-    paths: dict[str, Path] = {a.role: mirror.snapshot_dir(a.repo, a.commit) for a in rec.artifacts}
+    # the trees check_snapshot hashed, never the snapshots/<commit> view (a link the mirror's
+    # writer may have re-pointed, which verify does not read)
+    paths: dict[str, Path] = {a.role: mirror.artifact_dir(a) for a in rec.artifacts}
     if floors_of is None:
         floors.raise_floors(policy, mirror, bundle=(name, man.version, man.digest),
                             revoked=revoked)
