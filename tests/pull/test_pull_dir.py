@@ -88,3 +88,33 @@ def test_prompts_file_ships_inside_the_bundle(tmp_path: Path) -> None:
     (tmp_path / "prompts" / "p.jsonl").unlink()
     with pytest.raises(SpecError, match=r"bench\.prompts_file"):
         pull_bundle(load_spec(spec_path), m, spec_dir=tmp_path)
+
+
+def test_a_resumed_pull_adopts_its_logged_event_within_the_same_second(tmp_path: Path) -> None:
+    """A pull that crashed after logging its event, in the same second as the record now
+    visible (``created`` has one-second resolution): the rerun saves the record under that
+    event instead of logging the pull twice. The event is told from the visible record's own
+    by its commits."""
+    make_model_dir(tmp_path / "t", seed=1)
+    make_model_dir(tmp_path / "d", seed=2)
+    m = Mirror.open(tmp_path / "m", create=True)
+    first = pull_bundle(load_spec(_spec(tmp_path)), m).record
+    new_t = tmp_path / "new"
+    new_t.mkdir()
+    make_model_dir(new_t / "t", seed=3)
+    make_model_dir(new_t / "d", seed=2)
+    scratch = Mirror.open(tmp_path / "scratch", create=True)
+    planned = pull_bundle(load_spec(_spec(new_t)), scratch).record
+    # what the crashed pull left: its event, logged in the visible record's second
+    art = {r: {"repo": a.repo, "commit": a.commit, "endpoint": a.endpoint,
+               "files": len(a.files)} for r, a in (("target", planned.target),
+                                                   ("draft", planned.draft)) if a is not None}
+    with m.lock():
+        m.append_event("pull", "local", {**art, "replaced": first.created,
+                                         "created": first.created})
+    again = pull_bundle(load_spec(_spec(new_t)), m).record
+    assert again.target.commit == planned.target.commit != first.target.commit
+    assert again.created == first.created
+    pulls = [e for e in m.read_events() if e["type"] == "pull"]
+    assert [e["data"]["target"]["commit"] for e in pulls] == [first.target.commit,
+                                                              planned.target.commit]

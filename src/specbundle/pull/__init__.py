@@ -256,14 +256,17 @@ def _pending(mirror: Mirror, name: str, previous: BundleRecord | None,
              target: ArtifactRecord, draft: ArtifactRecord | None) -> str | None:
     """``created`` of a logged pull of these commits whose record never became visible (a
     crash between the event and the record): the rerun saves the record under that event."""
+    want = _event_data(BundleRecord(name, {}, target, draft, "", ""), None)
     for ev in reversed(mirror.read_events()):
         if ev.get("type") != "pull" or ev.get("bundle") != name:
             continue
         data = ev.get("data")
-        if not isinstance(data, dict) or not isinstance(data.get("created"), str) \
-                or (previous is not None and data["created"] == previous.created):
+        if not isinstance(data, dict) or not isinstance(data.get("created"), str):
             return None
-        want = _event_data(BundleRecord(name, {}, target, draft, "", ""), None)
+        if previous is not None and data["created"] == previous.created and all(
+                data.get(k) == v for k, v in _event_data(previous, None).items()
+                if k in ("target", "draft")):
+            return None  # the visible record's own event (``created`` alone is one second)
         same = all(data.get(k) == want[k] for k in ("target", "draft"))
         return data["created"] if same else None
     return None
