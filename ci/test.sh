@@ -27,7 +27,7 @@ done
 # loopback, and the disk-full and read-only mirror tests need `mount` (tmpfs, bind), which an
 # unprivileged user namespace refuses. None of them reaches beyond loopback.
 host_only=(tests/bench/test_docker_runtime.py tests/verify/test_disk_full.py
-           tests/verify/test_read_only.py)
+           tests/verify/test_read_only.py tests/review/test_diff_oci_read_only.py)
 ignore_host_only=()
 for f in "${host_only[@]}"; do
   [ -f "$f" ] || continue

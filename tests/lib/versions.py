@@ -5,15 +5,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from specbundle import attest
-from specbundle.mirror import Mirror
+from specbundle.mirror import Mirror, versions
 from specbundle.pull import pull_bundle
 from specbundle.scan import ScanOptions, scan_bundle
 from specbundle.scan.findings import Severity
 from specbundle.sign import sign_bundle
 from specbundle.spec import load_spec
 from tests.lib.bundles import write_scan_report
+from tests.lib.cli import run_cli
 from tests.lib.models import make_model
 from tests.lib.policy import policy_doc, write_policy
 
@@ -67,3 +71,37 @@ class Versions:
         folder = self.target if role == "target" else self.draft
         (folder / "tokenizer_config.json").write_text(json.dumps(
             {"model_max_length": 128, "chat_template": template}))
+
+
+@dataclass
+class Gap:
+    """v1 and v2 (K 4 -> 7) pushed as tags v1 and v2; the isolated mirror pulled v1 only."""
+
+    v: Versions
+    iso: Mirror
+    repo: str  # REGISTRY/REPO, no tag
+    pulled_report: dict[str, Any]  # the verification report `oci pull --json` embedded
+
+
+def registry_gap(tmp_path: Path, host: str, capsys: pytest.CaptureFixture[str]) -> Gap:
+    """Push v1 and v2 of bundle ``pair`` to the registry at ``host`` and ``oci pull`` v1 into
+    an isolated mirror: the registry is ahead of the mirror by one version."""
+    v = Versions(tmp_path)
+    repo = f"{host}/models/{tmp_path.name.lower().replace('_', '-')}"
+    for tag, k in (("v1", 4), ("v2", 7)):
+        v.sign(k=k)
+        code, _, err = run_cli(capsys, "oci", "push", "pair", f"{repo}:{tag}", "--mirror",
+                               str(v.mirror.root), "--plain-http")
+        assert code == 0, err
+    iso = tmp_path / "isolated"
+    code, out, err = run_cli(capsys, "oci", "pull", f"{repo}:v1", "--mirror", str(iso),
+                             "--trust", str(v.policy_path), "--plain-http", "--json")
+    assert code == 0, err
+    return Gap(v, Mirror.open(iso), repo, json.loads(out)["verification"])
+
+
+def mirror_state(m: Mirror) -> tuple[int | None, list[str], list[Path]]:
+    """What a look at another version must not change: the bundle ``pair``'s current
+    version, the log's event types, anything under tmp/."""
+    return (versions.current_version(m, "pair"), [e["type"] for e in m.read_events()],
+            sorted(m.tmp_dir.iterdir()))

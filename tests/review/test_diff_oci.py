@@ -5,21 +5,18 @@ version, with the same output and exit codes; the isolated mirror is left as it 
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from specbundle import attest
-from specbundle.mirror import Mirror, versions
+from specbundle.mirror import Mirror
 from tests.lib.cli import run_cli
-from tests.lib.fs import read_only_view
 from tests.lib.policy import policy_doc, write_policy
 from tests.lib.registry import Registry, registry_available, run_registry
-from tests.lib.versions import Versions
+from tests.lib.versions import Gap, mirror_state, registry_gap
 
 SCHEMA = Path(__file__).parents[2] / "manifests" / "schemas" / "bundle-diff.schema.json"
 VERIFICATION_SCHEMA = SCHEMA.with_name("verification-report.schema.json")
@@ -33,31 +30,12 @@ def registry(module_tmp: Path) -> Iterator[Registry]:
         yield reg
 
 
-@dataclass
-class Gap:
-    """v1 and v2 (K 4 -> 7) pushed as tags v1 and v2; the isolated mirror pulled v1 only."""
-
-    v: Versions
-    iso: Mirror
-    repo: str  # REGISTRY/REPO, no tag
-
-
 @pytest.fixture
 def gap(tmp_path: Path, registry: Registry, capsys: pytest.CaptureFixture[str]) -> Gap:
-    v = Versions(tmp_path)
-    repo = f"{registry.host}/models/{tmp_path.name.lower().replace('_', '-')}"
-    for tag, k in (("v1", 4), ("v2", 7)):
-        v.sign(k=k)
-        code, _, err = run_cli(capsys, "oci", "push", "pair", f"{repo}:{tag}", "--mirror",
-                               str(v.mirror.root), "--plain-http")
-        assert code == 0, err
-    iso = tmp_path / "isolated"
-    code, out, err = run_cli(capsys, "oci", "pull", f"{repo}:v1", "--mirror", str(iso),
-                             "--trust", str(v.policy_path), "--plain-http", "--json")
-    assert code == 0, err
-    report = json.loads(out)["verification"]  # the verify --json document, as pull embeds it
+    gap = registry_gap(tmp_path, registry.host, capsys)
+    report = gap.pulled_report  # the verify --json document, as oci pull embeds it
     jsonschema.validate(report, json.loads(VERIFICATION_SCHEMA.read_text()))
-    return Gap(v, Mirror.open(iso), repo)
+    return gap
 
 
 def _diff(capsys: pytest.CaptureFixture[str], g: Gap, *args: str,
@@ -66,14 +44,8 @@ def _diff(capsys: pytest.CaptureFixture[str], g: Gap, *args: str,
                    "--trust", str(trust or g.v.policy_path))
 
 
-def _state(m: Mirror) -> tuple[int | None, list[str], list[Path]]:
-    """What a diff must not change: current version, the log, anything under tmp/."""
-    return (versions.current_version(m, "pair"), [e["type"] for e in m.read_events()],
-            sorted(m.tmp_dir.iterdir()))
-
-
 def test_registry_version_before_pull(gap: Gap, capsys: pytest.CaptureFixture[str]) -> None:
-    before = _state(gap.iso)
+    before = mirror_state(gap.iso)
     code, out, err = _diff(capsys, gap, "current", f"oci://{gap.repo}:v2", "--json")
     assert code == 0, err
     doc = json.loads(out)
@@ -94,7 +66,7 @@ def test_registry_version_before_pull(gap: Gap, capsys: pytest.CaptureFixture[st
     code, out, err = _diff(capsys, gap, "current", f"oci://{gap.repo}:v1",
                            "--fail-on-behaviour-change")
     assert code == 0 and "0 change(s)" in out, err
-    assert _state(gap.iso) == before, "a diff pulls nothing and leaves no staging behind"
+    assert mirror_state(gap.iso) == before, "a diff pulls nothing and leaves no staging behind"
 
 
 def test_two_registry_versions_in_an_empty_mirror(
@@ -159,18 +131,3 @@ def test_review_page_of_a_registry_version(gap: Gap, tmp_path: Path,
     assert f"pair v2 at {gap.repo}:v2" in html and "num_speculative_tokens" in html
     assert list(gap.iso.tmp_dir.glob("look-*")) == []
 
-
-def test_a_read_only_mirror_compares_against_the_registry(
-        gap: Gap, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """On a deployment node the mirror is mounted read-only: the registry's version is staged
-    in a private folder outside it (removed after), and the mirror is not touched."""
-    looks = set(Path(tempfile.gettempdir()).glob("specbundle-look-*"))
-    before = _state(gap.iso)
-    with read_only_view(gap.iso.root, tmp_path / "ro") as ro:
-        code, out, err = run_cli(capsys, "diff", "pair", "current", f"oci://{gap.repo}:v2",
-                                 "--json", "--mirror", str(ro), "--plain-http", "--trust",
-                                 str(gap.v.policy_path))
-    assert code == 0, err
-    assert json.loads(out)["new"]["version"] == 2
-    assert _state(gap.iso) == before
-    assert set(Path(tempfile.gettempdir()).glob("specbundle-look-*")) == looks
