@@ -305,7 +305,9 @@ def _commit(spec: BundleSpec, mirror: Mirror, records: dict[str, ArtifactRecord]
                               notes=_publish(mirror, previous))
         if previous is not None:
             mirror.write_bundle_file(
-                spec.name, f"history/bundle-{previous.created.replace(':', '')}.json",
+                spec.name,  # created is one second: the commit keeps two in one apart
+                f"history/bundle-{previous.created.replace(':', '')}-"
+                f"{previous.target.commit[:12]}.json",
                 mirror.read_bundle_file(spec.name, "bundle.json") or b"")
         pending = _pending(mirror, spec.name, previous, target, draft)
         record = BundleRecord(
