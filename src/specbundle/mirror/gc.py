@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["TMP_GRACE_S", "GcResult", "collect", "reclaim_partials"]
 
 TMP_GRACE_S = 3600.0
-_faults.register("gc.object-removed", "gc.tree-removed", "gc.view-rebuilt")
+_faults.register("gc.object-removed", "gc.tree-removed", "gc.view-rebuilt", "gc.objects-listed")
 
 
 @dataclass(frozen=True)
@@ -172,11 +172,15 @@ def collect(mirror: Mirror, *, dry_run: bool = False) -> GcResult:
             with open_dir(mirror.root, f"objects/sha256/{prefix}", create=False) as dfd:
                 with os.scandir(dfd) as it:
                     objs = sorted(e.name for e in it)
+                _faults.point("gc.objects-listed", prefix)
                 for obj in objs:  # relative to the checked folder: a planted link is refused
                     if obj in live:
                         kept += 1
                         continue
-                    st = os.stat(obj, dir_fd=dfd, follow_symlinks=False)
+                    try:
+                        st = os.stat(obj, dir_fd=dfd, follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue  # a writer moved it in under its final name since the listing
                     if obj.startswith(".") and time.time() - st.st_ctime < TMP_GRACE_S:
                         continue  # an object a writer is moving in (put_object's private name)
                     removed.append(obj)
