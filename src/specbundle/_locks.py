@@ -87,7 +87,7 @@ def hold_at(dfd: int, name: str, where: Path, *, timeout: float) -> Iterator[Non
 
 @contextlib.contextmanager
 def hold(root: Path, name: str, *, timeout: float) -> Iterator[None]:
-    """:func:`hold_at` on ``root/name``, ``root`` being the operator's folder (created when
-    missing)."""
+    """:func:`hold_at` on ``root/name``; ``root`` is the operator's folder (the mirror root)
+    and must exist."""
     with open_dir(root) as dfd, hold_at(dfd, name, root / name, timeout=timeout):
         yield

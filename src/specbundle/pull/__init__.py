@@ -256,19 +256,21 @@ def _pending(mirror: Mirror, name: str, previous: BundleRecord | None,
              target: ArtifactRecord, draft: ArtifactRecord | None) -> str | None:
     """``created`` of a logged pull of these commits whose record never became visible (a
     crash between the event and the record): the rerun saves the record under that event."""
-    want = _event_data(BundleRecord(name, {}, target, draft, "", ""), None)
+    def commits_of(rec: BundleRecord, data: dict[str, object]) -> bool:
+        want = _event_data(rec, None)
+        return all(data.get(k) == want[k] for k in ("target", "draft"))
+
     for ev in reversed(mirror.read_events()):
         if ev.get("type") != "pull" or ev.get("bundle") != name:
             continue
         data = ev.get("data")
         if not isinstance(data, dict) or not isinstance(data.get("created"), str):
             return None
-        if previous is not None and data["created"] == previous.created and all(
-                data.get(k) == v for k, v in _event_data(previous, None).items()
-                if k in ("target", "draft")):
+        if previous is not None and data["created"] == previous.created \
+                and commits_of(previous, data):
             return None  # the visible record's own event (``created`` alone is one second)
-        same = all(data.get(k) == want[k] for k in ("target", "draft"))
-        return data["created"] if same else None
+        pending = BundleRecord(name, {}, target, draft, "", "")
+        return data["created"] if commits_of(pending, data) else None
     return None
 
 
